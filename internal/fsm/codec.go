@@ -1,0 +1,253 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Log entry format: one raft entry holds a batch of commands, so that many
+// client calls share one disk write and one consensus round.
+//
+//	entry   = version(1 byte = 1) count(uvarint) command*
+//	command = kind(1 byte) then the kind's fields, in Command field order:
+//	          RequestID, Lease: 16 bytes; TTL, LockDelay, Elapsed: uvarint nanoseconds;
+//	          Owner, Name, Value: uvarint length + bytes; Wait: 1 byte (0|1);
+//	          Token, Renewals: uvarint.
+//
+// Decoding is strict: unknown versions or kinds, truncation, trailing bytes,
+// non-canonical booleans and invalid fields are errors, so that
+// Decode(Encode(cmds)) == cmds and garbage never reaches Apply.
+const entryVersion = 1
+
+// maxBatch bounds the commands one entry may claim, so a corrupt count cannot
+// make the decoder allocate without bound.
+const maxBatch = 1 << 20
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("corrupt entry")
+
+// EncodeBatch appends the entry for cmds to dst. Commands must be valid.
+func EncodeBatch(dst []byte, cmds []Command) []byte {
+	dst = append(dst, entryVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(cmds)))
+	for i := range cmds {
+		dst = appendCommand(dst, &cmds[i])
+	}
+	return dst
+}
+
+// DecodeBatch parses an entry made by EncodeBatch and validates every command.
+func DecodeBatch(b []byte) ([]Command, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != entryVersion {
+		return nil, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, entryVersion)
+	}
+	n := d.uvarint()
+	if d.err == nil && (n > maxBatch || n > uint64(len(d.b))) { // every command takes ≥ 1 byte
+		return nil, fmt.Errorf("%w: batch claims %d commands in %d bytes", ErrCorrupt, n, len(d.b))
+	}
+	cmds := make([]Command, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var c Command
+		d.command(&c)
+		if d.err == nil {
+			if err := c.Validate(); err != nil {
+				return nil, fmt.Errorf("%w: command %d: %v", ErrCorrupt, i, err)
+			}
+		}
+		cmds = append(cmds, c)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return cmds, nil
+}
+
+func appendCommand(dst []byte, c *Command) []byte {
+	f := fieldsOf(c.Kind)
+	dst = append(dst, byte(c.Kind))
+	if f&fRequest != 0 {
+		dst = append(dst, c.RequestID[:]...)
+	}
+	if f&fLease != 0 {
+		dst = append(dst, c.Lease[:]...)
+	}
+	if f&fTTL != 0 {
+		dst = binary.AppendUvarint(dst, uint64(c.TTL))
+	}
+	if f&fOwner != 0 {
+		dst = appendString(dst, c.Owner)
+	}
+	if f&fName != 0 {
+		dst = appendString(dst, c.Name)
+	}
+	if f&fWait != 0 {
+		dst = appendBool(dst, c.Wait)
+	}
+	if f&fLockDelay != 0 {
+		dst = binary.AppendUvarint(dst, uint64(c.LockDelay))
+	}
+	if f&fToken != 0 {
+		dst = binary.AppendUvarint(dst, c.Token)
+	}
+	if f&fValue != 0 {
+		dst = appendString(dst, string(c.Value))
+	}
+	if f&fRenewals != 0 {
+		dst = binary.AppendUvarint(dst, c.Renewals)
+	}
+	if f&fElapsed != 0 {
+		dst = binary.AppendUvarint(dst, uint64(c.Elapsed))
+	}
+	return dst
+}
+
+func (d *decoder) command(c *Command) {
+	c.Kind = Kind(d.byte())
+	f := fieldsOf(c.Kind)
+	if d.err == nil && f == 0 {
+		d.err = fmt.Errorf("%w: unknown command kind %d", ErrCorrupt, c.Kind)
+		return
+	}
+	if f&fRequest != 0 {
+		d.fixed(c.RequestID[:])
+	}
+	if f&fLease != 0 {
+		d.fixed(c.Lease[:])
+	}
+	if f&fTTL != 0 {
+		c.TTL = d.duration()
+	}
+	if f&fOwner != 0 {
+		c.Owner = d.string(MaxOwnerLen)
+	}
+	if f&fName != 0 {
+		c.Name = d.string(MaxNameLen)
+	}
+	if f&fWait != 0 {
+		c.Wait = d.bool()
+	}
+	if f&fLockDelay != 0 {
+		c.LockDelay = d.duration()
+	}
+	if f&fToken != 0 {
+		c.Token = d.uvarint()
+	}
+	if f&fValue != 0 {
+		if v := d.string(MaxValueLen); v != "" {
+			c.Value = []byte(v)
+		}
+	}
+	if f&fRenewals != 0 {
+		c.Renewals = d.uvarint()
+	}
+	if f&fElapsed != 0 {
+		c.Elapsed = d.duration()
+	}
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBool(dst []byte, v bool) []byte {
+	if v {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+
+// decoder reads from b; the first error sticks and later reads return zero.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail("truncated")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) bool() bool {
+	switch v := d.byte(); v {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail("boolean byte %d", v)
+		return false
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	if n != len(binary.AppendUvarint(nil, v)) {
+		d.fail("non-canonical varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) duration() time.Duration {
+	v := d.uvarint()
+	if v > 1<<62 {
+		d.fail("duration out of range")
+		return 0
+	}
+	return time.Duration(v)
+}
+
+func (d *decoder) fixed(dst []byte) {
+	if d.err != nil {
+		return
+	}
+	if len(d.b) < len(dst) {
+		d.fail("truncated")
+		return
+	}
+	copy(dst, d.b)
+	d.b = d.b[len(dst):]
+}
+
+func (d *decoder) string(max int) string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail("string of %d bytes (limit %d, %d left)", n, max, len(d.b))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}

@@ -1,0 +1,178 @@
+package fsm
+
+import (
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// LeaseID is the 128-bit secret that names a lease. The server draws it from
+// crypto/rand and puts it into the CreateLease command, so every replica
+// stores the same id.
+type LeaseID [16]byte
+
+// String returns a short, non-secret prefix for logs.
+func (id LeaseID) String() string { return hex.EncodeToString(id[:3]) + "…" }
+
+// IsZero reports whether id is unset.
+func (id LeaseID) IsZero() bool { return id == LeaseID{} }
+
+// RequestID identifies one client call across retries. Zero means the
+// command was proposed by the leader itself and is never deduplicated.
+type RequestID [16]byte
+
+// IsZero reports whether id is unset.
+func (id RequestID) IsZero() bool { return id == RequestID{} }
+
+// Kind says which command a Command is.
+type Kind uint8
+
+// The commands. Values are part of the log format: never renumber.
+const (
+	// KindCreateLease starts a lease. Fields: RequestID, Lease, TTL, Owner.
+	KindCreateLease Kind = 1
+	// KindRenew renews a lease. Fields: Lease.
+	KindRenew Kind = 2
+	// KindRevoke ends a lease and releases its locks with no lock-delay. Fields: RequestID, Lease.
+	KindRevoke Kind = 3
+	// KindExpire ends a lease whose deadline passed on the leader. Fields: Lease,
+	// Renewals (the renewal count the leader judged; a later renewal makes this a no-op).
+	KindExpire Kind = 4
+	// KindAcquire takes a lock or joins its queue. Fields: RequestID, Lease, Name, Wait, LockDelay.
+	KindAcquire Kind = 5
+	// KindRelease gives up a held lock. Fields: RequestID, Lease, Name.
+	KindRelease Kind = 6
+	// KindCancelWait leaves a lock's queue (the waiting call ended). Fields: Lease, Name.
+	KindCancelWait Kind = 7
+	// KindGrantNext ends a lock's lock-delay and grants it to the next waiter. Fields: Name.
+	KindGrantNext Kind = 8
+	// KindPut writes the fenced key-value resource. Fields: Name (the key), Value, Token.
+	KindPut Kind = 9
+	// KindTick advances the logical clock by Elapsed, measured on the leader's monotonic clock.
+	KindTick Kind = 10
+)
+
+var kindNames = [...]string{
+	KindCreateLease: "create-lease", KindRenew: "renew", KindRevoke: "revoke",
+	KindExpire: "expire", KindAcquire: "acquire", KindRelease: "release",
+	KindCancelWait: "cancel-wait", KindGrantNext: "grant-next", KindPut: "put",
+	KindTick: "tick",
+}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Command is one state change. Only the fields its Kind names are encoded;
+// the others must be zero.
+type Command struct {
+	Kind      Kind
+	RequestID RequestID
+	Lease     LeaseID
+	TTL       time.Duration // CreateLease
+	Owner     string        // CreateLease
+	Name      string        // lock name; the key for Put
+	Wait      bool          // Acquire
+	LockDelay time.Duration // Acquire
+	Token     uint64        // Put
+	Value     []byte        // Put
+	Renewals  uint64        // Expire
+	Elapsed   time.Duration // Tick
+}
+
+// Code is the outcome of applying a command.
+type Code uint8
+
+// Outcomes. OK and Queued change state; the others change nothing.
+const (
+	OK Code = iota
+	// Queued: the acquire joined the lock's FIFO queue.
+	Queued
+	// LeaseNotFound: no live lease has that id (never existed, expired or revoked).
+	LeaseNotFound
+	// LockHeld: the lock is held by another lease, or in lock-delay.
+	LockHeld
+	// AlreadyHeld: this lease already holds (or already waits for) the lock under another request.
+	AlreadyHeld
+	// NotHolder: release of a lock the lease does not hold.
+	NotHolder
+	// NotWaiting: cancel-wait or grant-next found nothing to do.
+	NotWaiting
+	// Stale: a fenced write with a token below the highest accepted.
+	Stale
+	// Renewed: an expire lost the race with a renewal; the lease lives.
+	Renewed
+	// Invalid: the command breaks a rule no valid client sends (checked again here
+	// so that a bad entry in the log cannot corrupt state).
+	Invalid
+)
+
+var codeNames = [...]string{
+	OK: "ok", Queued: "queued", LeaseNotFound: "lease not found", LockHeld: "lock held",
+	AlreadyHeld: "already held", NotHolder: "not holder", NotWaiting: "not waiting",
+	Stale: "stale token", Renewed: "renewed", Invalid: "invalid",
+}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// Result is what Apply returns for one command.
+type Result struct {
+	Code Code
+	// Token: the grant's token (Acquire), the highest accepted token (Stale),
+	// the holder's token (LockHeld).
+	Token uint64
+	// LeaseNumber: the public number of the lease created, granted or holding.
+	LeaseNumber uint64
+	// Owner: the holder's owner label (LockHeld).
+	Owner string
+	// Delayed: the lock is free but in lock-delay (LockHeld).
+	Delayed bool
+	// TTL: the lease's TTL (CreateLease, Renew).
+	TTL time.Duration
+	// Released: locks released by Revoke, in name order.
+	Released []string
+	// Reason explains Invalid.
+	Reason string
+	// Events are the side effects the server must act on, in order.
+	Events []Event
+}
+
+// EventKind says what happened.
+type EventKind uint8
+
+// Events.
+const (
+	// LeaseStarted: a lease was created (Lease, TTL).
+	LeaseStarted EventKind = iota + 1
+	// LeaseRenewed: a lease was renewed (Lease, TTL, Renewals).
+	LeaseRenewed
+	// LeaseEnded: a lease was revoked or expired (Lease).
+	LeaseEnded
+	// Granted: a lock was granted (Lease, Name, Token), directly or to a waiter.
+	Granted
+	// Released: a lock lost its holder (Name).
+	Released
+	// DelayStarted: a lock entered lock-delay (Name, Delay); the leader proposes
+	// GrantNext once it has passed.
+	DelayStarted
+)
+
+// Event is a side effect of a command, for the server (wake a waiter,
+// schedule an expiry or a lock-delay, update metrics).
+type Event struct {
+	Kind     EventKind
+	Lease    LeaseID
+	Name     string
+	Token    uint64
+	TTL      time.Duration
+	Renewals uint64
+	Delay    time.Duration
+}

@@ -1,0 +1,166 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Hard limits. The server may set tighter ones (its TTL bounds), never looser:
+// Apply refuses anything outside these, so that no entry in the log can
+// corrupt the state however it got there.
+const (
+	MaxNameLen   = 256     // bytes, lock names and keys
+	MaxOwnerLen  = 256     // bytes
+	MaxValueLen  = 1 << 20 // bytes, fenced key-value values
+	MinTTL       = time.Millisecond
+	MaxTTL       = 24 * time.Hour
+	MaxLockDelay = 10 * time.Minute
+	MaxElapsed   = time.Minute // per Tick
+	// recentCap bounds the per-lease memory of request results used to answer
+	// retries; a client retries at most its in-flight calls.
+	recentCap = 256
+)
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid")
+
+// ValidName checks a lock name or key: 1–256 bytes of valid UTF-8 with no
+// control characters.
+func ValidName(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalid, what)
+	case len(s) > MaxNameLen:
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalid, what, len(s), MaxNameLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s has a control character (%U) at byte %d", ErrInvalid, what, r, i)
+		}
+	}
+	return nil
+}
+
+// ValidOwner checks an owner label: at most 256 bytes of valid UTF-8 with no
+// control characters; empty is allowed.
+func ValidOwner(s string) error {
+	if s == "" {
+		return nil
+	}
+	return ValidName("owner", s)
+}
+
+// Validate checks the fields of c against its Kind: required fields set,
+// fields of other kinds zero, sizes inside the hard limits.
+func (c *Command) Validate() error {
+	want := fieldsOf(c.Kind)
+	if want == 0 {
+		return fmt.Errorf("%w: unknown command kind %d", ErrInvalid, c.Kind)
+	}
+	if have := c.fields(); have&^want != 0 {
+		return fmt.Errorf("%w: %s command carries fields it does not use", ErrInvalid, c.Kind)
+	}
+	if want&fLease != 0 && c.Lease.IsZero() {
+		return fmt.Errorf("%w: %s needs a lease id", ErrInvalid, c.Kind)
+	}
+	if want&fName != 0 {
+		what := "lock name"
+		if c.Kind == KindPut {
+			what = "key"
+		}
+		if err := ValidName(what, c.Name); err != nil {
+			return err
+		}
+	}
+	switch c.Kind {
+	case KindCreateLease:
+		if c.TTL < MinTTL || c.TTL > MaxTTL {
+			return fmt.Errorf("%w: ttl %v is outside %v…%v", ErrInvalid, c.TTL, MinTTL, MaxTTL)
+		}
+		return ValidOwner(c.Owner)
+	case KindAcquire:
+		if c.LockDelay < 0 || c.LockDelay > MaxLockDelay {
+			return fmt.Errorf("%w: lock-delay %v is outside 0…%v", ErrInvalid, c.LockDelay, MaxLockDelay)
+		}
+	case KindPut:
+		if c.Token == 0 {
+			return fmt.Errorf("%w: token 0 was never issued; tokens start at 1", ErrInvalid)
+		}
+		if len(c.Value) > MaxValueLen {
+			return fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.Value), MaxValueLen)
+		}
+	case KindTick:
+		if c.Elapsed < 0 || c.Elapsed > MaxElapsed {
+			return fmt.Errorf("%w: tick of %v is outside 0…%v", ErrInvalid, c.Elapsed, MaxElapsed)
+		}
+	}
+	return nil
+}
+
+// field bits, for checking which fields a kind carries.
+const (
+	fRequest uint16 = 1 << iota
+	fLease
+	fTTL
+	fOwner
+	fName
+	fWait
+	fLockDelay
+	fToken
+	fValue
+	fRenewals
+	fElapsed
+)
+
+func fieldsOf(k Kind) uint16 {
+	switch k {
+	case KindCreateLease:
+		return fRequest | fLease | fTTL | fOwner
+	case KindRenew:
+		return fLease
+	case KindRevoke:
+		return fRequest | fLease
+	case KindExpire:
+		return fLease | fRenewals
+	case KindAcquire:
+		return fRequest | fLease | fName | fWait | fLockDelay
+	case KindRelease:
+		return fRequest | fLease | fName
+	case KindCancelWait:
+		return fLease | fName
+	case KindGrantNext:
+		return fName
+	case KindPut:
+		return fRequest | fName | fValue | fToken
+	case KindTick:
+		return fElapsed
+	}
+	return 0
+}
+
+// fields returns the bits of the fields that are set (non-zero).
+func (c *Command) fields() uint16 {
+	var f uint16
+	set := func(b uint16, on bool) {
+		if on {
+			f |= b
+		}
+	}
+	set(fRequest, !c.RequestID.IsZero())
+	set(fLease, !c.Lease.IsZero())
+	set(fTTL, c.TTL != 0)
+	set(fOwner, c.Owner != "")
+	set(fName, c.Name != "")
+	set(fWait, c.Wait)
+	set(fLockDelay, c.LockDelay != 0)
+	set(fToken, c.Token != 0)
+	set(fValue, len(c.Value) != 0)
+	set(fRenewals, c.Renewals != 0)
+	set(fElapsed, c.Elapsed != 0)
+	return f
+}

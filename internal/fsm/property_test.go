@@ -1,0 +1,239 @@
+package fsm
+
+import (
+	"bytes"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// checkInvariants verifies the state against its own indexes: every holder
+// and waiter is a live lease, at most one holder per lock, the derived
+// holds/waits match the locks, tokens never exceed the counter.
+func checkInvariants(t interface{ Fatalf(string, ...any) }, s *State) {
+	holds := map[LeaseID][]string{}
+	waits := map[LeaseID][]string{}
+	for name, k := range s.locks {
+		if k.name != name {
+			t.Fatalf("lock %q stored under %q", k.name, name)
+		}
+		if k.token > s.token {
+			t.Fatalf("lock %q token %d above counter %d", name, k.token, s.token)
+		}
+		if !k.holder.IsZero() {
+			if s.leases[k.holder] == nil {
+				t.Fatalf("lock %q held by dead lease %v", name, k.holder)
+			}
+			if k.delayed {
+				t.Fatalf("lock %q both held and delayed", name)
+			}
+			holds[k.holder] = append(holds[k.holder], name)
+		} else if !k.delayed && len(k.waiters) > 0 {
+			t.Fatalf("lock %q free and undelayed with waiters", name)
+		} else if !k.delayed {
+			t.Fatalf("idle lock %q kept", name)
+		}
+		seen := map[LeaseID]bool{}
+		for _, w := range k.waiters {
+			if s.leases[w.lease] == nil {
+				t.Fatalf("lock %q has a waiter with a dead lease", name)
+			}
+			if seen[w.lease] || w.lease == k.holder {
+				t.Fatalf("lock %q: lease waits twice or waits for itself", name)
+			}
+			seen[w.lease] = true
+			waits[w.lease] = append(waits[w.lease], name)
+		}
+	}
+	for lid, l := range s.leases {
+		slices.Sort(holds[lid])
+		slices.Sort(waits[lid])
+		if !slices.Equal(l.holds, holds[lid]) || !slices.Equal(l.waits, waits[lid]) {
+			t.Fatalf("lease %v index holds=%v waits=%v, locks say %v %v", lid, l.holds, l.waits, holds[lid], waits[lid])
+		}
+		if l.number == 0 || l.number > s.leaseSeq {
+			t.Fatalf("lease number %d outside 1…%d", l.number, s.leaseSeq)
+		}
+	}
+	for key, e := range s.kv {
+		if e.token == 0 || e.token > s.token {
+			t.Fatalf("key %q token %d outside 1…%d", key, e.token, s.token)
+		}
+	}
+}
+
+// genCommand draws commands from a small universe (4 leases, 3 locks,
+// 2 keys, 6 request ids) so that collisions, retries and handoffs are common.
+func genCommand(t *rapid.T) Command {
+	lease := LeaseID{rapid.ByteRange(1, 4).Draw(t, "lease")}
+	rq := RequestID{rapid.ByteRange(1, 6).Draw(t, "req")}
+	name := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "name")
+	switch k := Kind(rapid.IntRange(1, 10).Draw(t, "kind")); k {
+	case KindCreateLease:
+		return Command{Kind: k, RequestID: rq, Lease: lease, TTL: time.Second}
+	case KindRenew:
+		return Command{Kind: k, Lease: lease}
+	case KindRevoke:
+		return Command{Kind: k, RequestID: rq, Lease: lease}
+	case KindExpire:
+		return Command{Kind: k, Lease: lease, Renewals: uint64(rapid.IntRange(0, 2).Draw(t, "renewals"))}
+	case KindAcquire:
+		delay := time.Duration(rapid.IntRange(0, 1).Draw(t, "delay")) * time.Second
+		return Command{Kind: k, RequestID: rq, Lease: lease, Name: name, Wait: rapid.Bool().Draw(t, "wait"), LockDelay: delay}
+	case KindRelease:
+		return Command{Kind: k, RequestID: rq, Lease: lease, Name: name}
+	case KindCancelWait:
+		return Command{Kind: k, Lease: lease, Name: name}
+	case KindGrantNext:
+		return Command{Kind: k, Name: name}
+	case KindPut:
+		key := rapid.SampledFrom([]string{"x", "y"}).Draw(t, "key")
+		return Command{Kind: k, Name: key, Value: []byte{byte(rapid.IntRange(0, 255).Draw(t, "value"))},
+			Token: uint64(rapid.IntRange(1, 8).Draw(t, "token"))}
+	default:
+		return Command{Kind: KindTick, Elapsed: 100 * time.Millisecond}
+	}
+}
+
+// TestProperties applies random command sequences and checks, after every
+// command: tokens strictly increase; at most one holder per lock (and the
+// indexes agree); waiters are granted in FIFO order; only the holder's lease
+// releases; an ended lease holds and waits for nothing; refusals change
+// nothing; snapshot → restore is identical; replay gives the same state.
+func TestProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := New()
+		var cmds []Command
+		var results []Result
+		lastToken := uint64(0)
+		n := rapid.IntRange(1, 120).Draw(t, "n")
+		for i := 0; i < n; i++ {
+			c := genCommand(t)
+			before := s.Marshal(nil)
+			queues := map[string][]LeaseID{}
+			holders := map[string]LeaseID{}
+			for _, k := range s.Locks() {
+				queues[k.Name], holders[k.Name] = k.Waiters, k.Holder
+			}
+
+			r := s.Apply(&c)
+			cmds, results = append(cmds, c), append(results, r)
+
+			// Tokens strictly increase, one per grant, and each grant is the event's.
+			for _, e := range r.Events {
+				if e.Kind != Granted {
+					continue
+				}
+				if e.Token != lastToken+1 {
+					t.Fatalf("grant token %d after %d", e.Token, lastToken)
+				}
+				lastToken = e.Token
+				// FIFO: a grant to a waiter goes to the first live waiter.
+				if q := queues[e.Name]; len(q) > 0 && !(c.Kind == KindAcquire && c.Lease == e.Lease) {
+					first := q[0]
+					if c.Kind == KindRevoke || c.Kind == KindExpire {
+						q = slices.DeleteFunc(slices.Clone(q), func(l LeaseID) bool { return l == c.Lease })
+						if len(q) > 0 {
+							first = q[0]
+						}
+					}
+					if e.Lease != first {
+						t.Fatalf("lock %s granted to %v, first waiter was %v", e.Name, e.Lease, first)
+					}
+				}
+			}
+			if s.Token() != lastToken {
+				t.Fatalf("counter %d, last granted %d", s.Token(), lastToken)
+			}
+			// Only the holder's lease releases.
+			if c.Kind == KindRelease && r.Code == OK && holders[c.Name] != c.Lease && string(before) != string(s.Marshal(nil)) {
+				t.Fatalf("lease %v released %s held by %v", c.Lease, c.Name, holders[c.Name])
+			}
+			// Refusals change nothing.
+			if r.Code != OK && r.Code != Queued && !bytes.Equal(before, s.Marshal(nil)) {
+				t.Fatalf("%v refused with %v but changed the state", c.Kind, r.Code)
+			}
+			// An ended lease holds nothing and waits for nothing.
+			if (c.Kind == KindRevoke || c.Kind == KindExpire) && r.Code == OK {
+				for _, k := range s.Locks() {
+					if k.Holder == c.Lease || slices.Contains(k.Waiters, c.Lease) {
+						t.Fatalf("ended lease %v still on lock %s", c.Lease, k.Name)
+					}
+				}
+			}
+			checkInvariants(t, s)
+		}
+
+		// Snapshot → restore gives an identical state.
+		snap := s.Marshal(nil)
+		restored, err := Unmarshal(snap)
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if !reflect.DeepEqual(normalize(s), normalize(restored)) {
+			t.Fatalf("restored state differs")
+		}
+		if !bytes.Equal(snap, restored.Marshal(nil)) {
+			t.Fatal("restored state marshals differently")
+		}
+		// Replaying the same commands gives the same state and results.
+		replay := New()
+		for i := range cmds {
+			if r := replay.Apply(&cmds[i]); !reflect.DeepEqual(r, results[i]) {
+				t.Fatalf("replay result %d differs: %+v vs %+v", i, r, results[i])
+			}
+		}
+		if !bytes.Equal(snap, replay.Marshal(nil)) {
+			t.Fatal("replay reached a different state")
+		}
+		// The restored state continues exactly like the original.
+		next := genCommand(t)
+		next2 := next
+		if r1, r2 := s.Apply(&next), restored.Apply(&next2); !reflect.DeepEqual(r1, r2) {
+			t.Fatalf("restored state answers differently: %+v vs %+v", r1, r2)
+		}
+	})
+}
+
+// normalize maps nil and empty slices to one form so DeepEqual compares content.
+func normalize(s *State) *State {
+	c := *s
+	c.leases = map[LeaseID]*lease{}
+	for id, l := range s.leases {
+		n := *l
+		n.holds, n.waits, n.recent = slices.Clip(append([]string{}, l.holds...)), slices.Clip(append([]string{}, l.waits...)), append([]recent{}, l.recent...)
+		c.leases[id] = &n
+	}
+	c.locks = map[string]*lock{}
+	for name, k := range s.locks {
+		n := *k
+		n.waiters = append([]waiter{}, k.waiters...)
+		c.locks[name] = &n
+	}
+	c.kv = map[string]*entry{}
+	for key, e := range s.kv {
+		c.kv[key] = &entry{value: append([]byte{}, e.value...), token: e.token}
+	}
+	return &c
+}
+
+// TestCodecRoundTrip: any valid batch encodes and decodes to itself.
+func TestCodecRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(0, 20).Draw(t, "n")
+		cmds := make([]Command, 0, n)
+		for i := 0; i < n; i++ {
+			cmds = append(cmds, genCommand(t))
+		}
+		got, err := DecodeBatch(EncodeBatch(nil, cmds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, cmds) {
+			t.Fatalf("round trip: %+v, want %+v", got, cmds)
+		}
+	})
+}

@@ -1,0 +1,293 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Snapshot format (version 1), canonical: leases sorted by id, locks and keys
+// by name, so equal states give equal bytes.
+//
+//	version token clock leaseSeq
+//	count × lease(id number ttl owner createReq renewals renewedAt count × recent(req kind token))
+//	count × lock(name holder holderReq token lockDelay delayed delayFrom count × waiter(lease req lockDelay))
+//	count × kv(key value token)
+//
+// The indexes derived from locks (lease.holds, lease.waits) and the
+// CreateLease dedup map are rebuilt by Unmarshal, not stored.
+const snapshotVersion = 1
+
+// Marshal appends the canonical encoding of the whole state to dst.
+func (s *State) Marshal(dst []byte) []byte {
+	dst = append(dst, snapshotVersion)
+	dst = binary.AppendUvarint(dst, s.token)
+	dst = binary.AppendUvarint(dst, uint64(s.clock))
+	dst = binary.AppendUvarint(dst, s.leaseSeq)
+
+	ids := slices.SortedFunc(maps.Keys(s.leases), compareIDs)
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for _, id := range ids {
+		l := s.leases[id]
+		dst = append(dst, l.id[:]...)
+		dst = binary.AppendUvarint(dst, l.number)
+		dst = binary.AppendUvarint(dst, uint64(l.ttl))
+		dst = appendString(dst, l.owner)
+		dst = append(dst, l.createReq[:]...)
+		dst = binary.AppendUvarint(dst, l.renewals)
+		dst = binary.AppendUvarint(dst, uint64(l.renewedAt))
+		dst = binary.AppendUvarint(dst, uint64(len(l.recent)))
+		for _, r := range l.recent {
+			dst = append(dst, r.req[:]...)
+			dst = append(dst, byte(r.kind))
+			dst = binary.AppendUvarint(dst, r.token)
+		}
+	}
+
+	names := slices.Sorted(maps.Keys(s.locks))
+	dst = binary.AppendUvarint(dst, uint64(len(names)))
+	for _, name := range names {
+		k := s.locks[name]
+		dst = appendString(dst, k.name)
+		dst = append(dst, k.holder[:]...)
+		dst = append(dst, k.holderReq[:]...)
+		dst = binary.AppendUvarint(dst, k.token)
+		dst = binary.AppendUvarint(dst, uint64(k.lockDelay))
+		dst = appendBool(dst, k.delayed)
+		dst = binary.AppendUvarint(dst, uint64(k.delayFrom))
+		dst = binary.AppendUvarint(dst, uint64(len(k.waiters)))
+		for _, w := range k.waiters {
+			dst = append(dst, w.lease[:]...)
+			dst = append(dst, w.req[:]...)
+			dst = binary.AppendUvarint(dst, uint64(w.lockDelay))
+		}
+	}
+
+	keys := slices.Sorted(maps.Keys(s.kv))
+	dst = binary.AppendUvarint(dst, uint64(len(keys)))
+	for _, key := range keys {
+		e := s.kv[key]
+		dst = appendString(dst, key)
+		dst = appendString(dst, string(e.value))
+		dst = binary.AppendUvarint(dst, e.token)
+	}
+	return dst
+}
+
+// Unmarshal decodes a state made by Marshal. It checks that the state is
+// consistent (every holder and waiter is a live lease, no lock waits on its own
+// holder, tokens never exceed the counter) and refuses it otherwise.
+func Unmarshal(b []byte) (*State, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != snapshotVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d, want %d", ErrCorrupt, v, snapshotVersion)
+	}
+	s := New()
+	s.token = d.uvarint()
+	s.clock = d.duration()
+	s.leaseSeq = d.uvarint()
+
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		l := &lease{}
+		d.fixed(l.id[:])
+		l.number = d.uvarint()
+		l.ttl = d.duration()
+		l.owner = d.string(MaxOwnerLen)
+		d.fixed(l.createReq[:])
+		l.renewals = d.uvarint()
+		l.renewedAt = d.duration()
+		for m := d.count(); m > 0 && d.err == nil; m-- {
+			var r recent
+			d.fixed(r.req[:])
+			r.kind = Kind(d.byte())
+			r.token = d.uvarint()
+			l.recent = append(l.recent, r)
+		}
+		switch {
+		case d.err != nil:
+		case s.leases[l.id] != nil:
+			d.fail("lease %v twice", l.id)
+		case l.number == 0 || l.number > s.leaseSeq:
+			d.fail("lease number %d outside 1…%d", l.number, s.leaseSeq)
+		case len(l.recent) > recentCap:
+			d.fail("lease remembers %d requests, limit %d", len(l.recent), recentCap)
+		}
+		s.leases[l.id] = l
+		if !l.createReq.IsZero() {
+			s.created[l.createReq] = l.id
+		}
+	}
+
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		k := &lock{}
+		k.name = d.string(MaxNameLen)
+		d.fixed(k.holder[:])
+		d.fixed(k.holderReq[:])
+		k.token = d.uvarint()
+		k.lockDelay = d.duration()
+		k.delayed = d.bool()
+		k.delayFrom = d.duration()
+		for m := d.count(); m > 0 && d.err == nil; m-- {
+			var w waiter
+			d.fixed(w.lease[:])
+			d.fixed(w.req[:])
+			w.lockDelay = d.duration()
+			k.waiters = append(k.waiters, w)
+		}
+		if d.err != nil {
+			break
+		}
+		if s.locks[k.name] != nil {
+			d.fail("lock %q twice", k.name)
+		}
+		if k.token > s.token {
+			d.fail("lock %q has token %d above the counter %d", k.name, k.token, s.token)
+		}
+		if !k.holder.IsZero() {
+			h := s.leases[k.holder]
+			if h == nil || k.delayed {
+				d.fail("lock %q is held by an unknown lease or both held and delayed", k.name)
+				break
+			}
+			h.holds = append(h.holds, k.name) // names arrive sorted
+		}
+		for _, w := range k.waiters {
+			l := s.leases[w.lease]
+			if l == nil || w.lease == k.holder || slices.Contains(l.waits, k.name) {
+				d.fail("lock %q has a bad waiter", k.name)
+				break
+			}
+			l.waits = append(l.waits, k.name)
+		}
+		s.locks[k.name] = k
+	}
+
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		key := d.string(MaxNameLen)
+		e := &entry{}
+		if v := d.string(MaxValueLen); v != "" {
+			e.value = []byte(v)
+		}
+		e.token = d.uvarint()
+		if d.err == nil && (s.kv[key] != nil || e.token == 0 || e.token > s.token) {
+			d.fail("key %q repeated or with a bad token", key)
+		}
+		s.kv[key] = e
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return s, nil
+}
+
+// count reads a collection length; every element takes at least one byte.
+func (d *decoder) count() uint64 {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.fail("count %d exceeds the %d bytes left", n, len(d.b))
+		return 0
+	}
+	return n
+}
+
+func compareIDs(a, b LeaseID) int { return slices.Compare(a[:], b[:]) }
+
+// LeaseView is a read-only copy of a lease.
+type LeaseView struct {
+	ID        LeaseID
+	Number    uint64
+	TTL       time.Duration
+	Owner     string
+	Renewals  uint64
+	RenewedAt time.Duration // logical clock at creation or last renewal
+	Holds     []string
+	Waits     []string
+}
+
+// LockView is a read-only copy of a lock.
+type LockView struct {
+	Name        string
+	Holder      LeaseID // zero when free
+	HolderNum   uint64
+	HolderOwner string
+	Token       uint64
+	LockDelay   time.Duration
+	Delayed     bool
+	DelayFrom   time.Duration // logical clock when the lock-delay began
+	Waiters     []LeaseID     // FIFO order
+}
+
+// Token returns the last token granted (0 before the first grant).
+func (s *State) Token() uint64 { return s.token }
+
+// Clock returns the logical clock: the sum of committed ticks.
+func (s *State) Clock() time.Duration { return s.clock }
+
+// NumLeases returns the number of live leases.
+func (s *State) NumLeases() int { return len(s.leases) }
+
+// NumLocks returns the number of locks held, delayed or waited for.
+func (s *State) NumLocks() int { return len(s.locks) }
+
+// Lease returns the lease with id, if it lives.
+func (s *State) Lease(id LeaseID) (LeaseView, bool) {
+	l := s.leases[id]
+	if l == nil {
+		return LeaseView{}, false
+	}
+	return l.view(), true
+}
+
+// Leases calls fn for every live lease, in id order.
+func (s *State) Leases(fn func(LeaseView)) {
+	for _, id := range slices.SortedFunc(maps.Keys(s.leases), compareIDs) {
+		fn(s.leases[id].view())
+	}
+}
+
+func (l *lease) view() LeaseView {
+	return LeaseView{ID: l.id, Number: l.number, TTL: l.ttl, Owner: l.owner, Renewals: l.renewals,
+		RenewedAt: l.renewedAt, Holds: slices.Clone(l.holds), Waits: slices.Clone(l.waits)}
+}
+
+// Lock returns the lock called name, if it is held, delayed or waited for.
+func (s *State) Lock(name string) (LockView, bool) {
+	k := s.locks[name]
+	if k == nil {
+		return LockView{}, false
+	}
+	v := LockView{Name: k.name, Holder: k.holder, Token: k.token, LockDelay: k.lockDelay,
+		Delayed: k.delayed, DelayFrom: k.delayFrom}
+	if h := s.leases[k.holder]; h != nil {
+		v.HolderNum, v.HolderOwner = h.number, h.owner
+	}
+	for _, w := range k.waiters {
+		v.Waiters = append(v.Waiters, w.lease)
+	}
+	return v, true
+}
+
+// Locks returns every lock, in name order.
+func (s *State) Locks() []LockView {
+	names := slices.Sorted(maps.Keys(s.locks))
+	out := make([]LockView, 0, len(names))
+	for _, name := range names {
+		v, _ := s.Lock(name)
+		out = append(out, v)
+	}
+	return out
+}
+
+// Get returns the value and highest accepted token of a fenced key.
+func (s *State) Get(key string) (value []byte, token uint64, ok bool) {
+	e := s.kv[key]
+	if e == nil {
+		return nil, 0, false
+	}
+	return slices.Clone(e.value), e.token, true
+}

@@ -1,0 +1,275 @@
+package fsm
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func id(b byte) LeaseID    { return LeaseID{b} }
+func req(b byte) RequestID { return RequestID{b} }
+func cmdCreate(l, r byte) Command {
+	return Command{Kind: KindCreateLease, RequestID: req(r), Lease: id(l), TTL: 10 * time.Second, Owner: "w" + string('0'+l)}
+}
+func cmdAcquire(l, r byte, name string, wait bool) Command {
+	return Command{Kind: KindAcquire, RequestID: req(r), Lease: id(l), Name: name, Wait: wait}
+}
+func cmdRelease(l, r byte, name string) Command {
+	return Command{Kind: KindRelease, RequestID: req(r), Lease: id(l), Name: name}
+}
+
+// TestApply runs each command against a prepared history and checks the
+// result and what changed. Every refusal must leave the state byte-identical.
+func TestApply(t *testing.T) {
+	delayed := Command{Kind: KindAcquire, RequestID: req(20), Lease: id(1), Name: "a", LockDelay: 5 * time.Second}
+	tests := []struct {
+		name    string
+		history []Command
+		cmd     Command
+		want    Code
+		token   uint64
+		check   func(t *testing.T, s *State, r Result)
+	}{
+		{name: "create lease", cmd: cmdCreate(1, 1), want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if r.LeaseNumber != 1 || s.NumLeases() != 1 {
+					t.Fatalf("lease number %d, leases %d", r.LeaseNumber, s.NumLeases())
+				}
+			}},
+		{name: "create lease retried returns the first lease", history: []Command{cmdCreate(1, 1)},
+			cmd: Command{Kind: KindCreateLease, RequestID: req(1), Lease: id(2), TTL: time.Second}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if r.LeaseNumber != 1 || s.NumLeases() != 1 || r.TTL != 10*time.Second {
+					t.Fatalf("retry made a second lease: %+v", r)
+				}
+			}},
+		{name: "create lease with an id in use", history: []Command{cmdCreate(1, 1)}, cmd: cmdCreate(1, 2), want: Invalid},
+		{name: "create lease ttl too long", cmd: Command{Kind: KindCreateLease, RequestID: req(1), Lease: id(1), TTL: 25 * time.Hour}, want: Invalid},
+		{name: "create lease without id", cmd: Command{Kind: KindCreateLease, RequestID: req(1), TTL: time.Second}, want: Invalid},
+		{name: "create lease with control char owner", cmd: Command{Kind: KindCreateLease, Lease: id(1), TTL: time.Second, Owner: "a\nb"}, want: Invalid},
+		{name: "renew", history: []Command{cmdCreate(1, 1), {Kind: KindTick, Elapsed: time.Second}},
+			cmd: Command{Kind: KindRenew, Lease: id(1)}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				l, _ := s.Lease(id(1))
+				if l.Renewals != 1 || l.RenewedAt != time.Second {
+					t.Fatalf("renewals %d at %v", l.Renewals, l.RenewedAt)
+				}
+			}},
+		{name: "renew unknown lease", cmd: Command{Kind: KindRenew, Lease: id(9)}, want: LeaseNotFound},
+		{name: "acquire free lock", history: []Command{cmdCreate(1, 1)}, cmd: cmdAcquire(1, 2, "a", false), want: OK, token: 1},
+		{name: "acquire with unknown lease", cmd: cmdAcquire(1, 2, "a", false), want: LeaseNotFound},
+		{name: "acquire held lock without waiting", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false)},
+			cmd: cmdAcquire(2, 4, "a", false), want: LockHeld, token: 1,
+			check: func(t *testing.T, s *State, r Result) {
+				if r.LeaseNumber != 1 || r.Owner != "w1" {
+					t.Fatalf("holder not reported: %+v", r)
+				}
+			}},
+		{name: "acquire held lock waiting", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false)},
+			cmd: cmdAcquire(2, 4, "a", true), want: Queued,
+			check: func(t *testing.T, s *State, r Result) {
+				if k, _ := s.Lock("a"); len(k.Waiters) != 1 || k.Waiters[0] != id(2) {
+					t.Fatalf("waiters %v", k.Waiters)
+				}
+			}},
+		{name: "acquire retried after grant returns the same token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false)},
+			cmd: cmdAcquire(1, 3, "a", false), want: OK, token: 1,
+			check: func(t *testing.T, s *State, r Result) {
+				if s.Token() != 1 {
+					t.Fatalf("retry granted again: counter %d", s.Token())
+				}
+			}},
+		{name: "acquire retried after grant and release returns the old token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false), cmdRelease(1, 4, "a")},
+			cmd: cmdAcquire(1, 3, "a", false), want: OK, token: 1,
+			check: func(t *testing.T, s *State, r Result) {
+				if _, held := s.Lock("a"); held || s.Token() != 1 {
+					t.Fatal("a retried acquire acted twice")
+				}
+			}},
+		{name: "acquire retried while queued stays queued once", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 4, "a", true)},
+			cmd: cmdAcquire(2, 4, "a", true), want: Queued,
+			check: func(t *testing.T, s *State, r Result) {
+				if k, _ := s.Lock("a"); len(k.Waiters) != 1 {
+					t.Fatalf("queued twice: %v", k.Waiters)
+				}
+			}},
+		{name: "acquire a lock the lease already holds, new request", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false)},
+			cmd: cmdAcquire(1, 4, "a", true), want: AlreadyHeld, token: 1},
+		{name: "acquire a lock the lease already waits for, new request", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 4, "a", true)},
+			cmd: cmdAcquire(2, 5, "a", true), want: AlreadyHeld},
+		{name: "acquire with bad name", history: []Command{cmdCreate(1, 1)}, cmd: cmdAcquire(1, 2, "", false), want: Invalid},
+		{name: "acquire with lock-delay too long", history: []Command{cmdCreate(1, 1)},
+			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Name: "a", LockDelay: time.Hour}, want: Invalid},
+		{name: "release hands the lock to the first waiter", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdCreate(3, 3),
+			cmdAcquire(1, 4, "a", false), cmdAcquire(2, 5, "a", true), cmdAcquire(3, 6, "a", true)},
+			cmd: cmdRelease(1, 7, "a"), want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				k, _ := s.Lock("a")
+				if k.Holder != id(2) || k.Token != 2 || len(k.Waiters) != 1 || k.Waiters[0] != id(3) {
+					t.Fatalf("handoff wrong: %+v", k)
+				}
+				if !hasEvent(r, Granted, id(2), 2) {
+					t.Fatalf("no Granted event: %+v", r.Events)
+				}
+			}},
+		{name: "release by a lease that does not hold", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false)},
+			cmd: cmdRelease(2, 4, "a"), want: NotHolder},
+		{name: "release of a free lock", history: []Command{cmdCreate(1, 1)}, cmd: cmdRelease(1, 4, "a"), want: NotHolder},
+		{name: "release retried answers ok once", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false), cmdRelease(1, 4, "a")},
+			cmd: cmdRelease(1, 4, "a"), want: OK},
+		{name: "revoke releases at once, no delay", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), delayed, cmdAcquire(2, 5, "a", true)},
+			cmd: Command{Kind: KindRevoke, RequestID: req(9), Lease: id(1)}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if k, _ := s.Lock("a"); k.Holder != id(2) || k.Delayed {
+					t.Fatalf("revoke did not hand off: %+v", k)
+				}
+				if len(r.Released) != 1 || r.Released[0] != "a" {
+					t.Fatalf("released %v", r.Released)
+				}
+			}},
+		{name: "revoke unknown lease", cmd: Command{Kind: KindRevoke, RequestID: req(9), Lease: id(1)}, want: LeaseNotFound},
+		{name: "expire enters lock-delay", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), delayed, cmdAcquire(2, 5, "a", true)},
+			cmd: Command{Kind: KindExpire, Lease: id(1)}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				k, _ := s.Lock("a")
+				if !k.Holder.IsZero() || !k.Delayed || len(k.Waiters) != 1 {
+					t.Fatalf("expire: %+v", k)
+				}
+				if _, ok := s.Lease(id(1)); ok {
+					t.Fatal("expired lease still lives")
+				}
+			}},
+		{name: "expire without lock-delay hands off at once", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 5, "a", true)},
+			cmd: Command{Kind: KindExpire, Lease: id(1)}, want: OK, token: 0,
+			check: func(t *testing.T, s *State, r Result) {
+				if k, _ := s.Lock("a"); k.Holder != id(2) || k.Token != 2 {
+					t.Fatalf("no handoff: %+v", k)
+				}
+			}},
+		{name: "expire loses to a later renewal", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false), {Kind: KindRenew, Lease: id(1)}},
+			cmd: Command{Kind: KindExpire, Lease: id(1)}, want: Renewed},
+		{name: "expire unknown lease", cmd: Command{Kind: KindExpire, Lease: id(1)}, want: LeaseNotFound},
+		{name: "expired waiter leaves the queue", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 4, "a", true)},
+			cmd: Command{Kind: KindExpire, Lease: id(2)}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if k, _ := s.Lock("a"); len(k.Waiters) != 0 || k.Holder != id(1) {
+					t.Fatalf("waiter stayed: %+v", k)
+				}
+			}},
+		{name: "grant-next after lock-delay skips nobody alive and grants the first waiter", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdCreate(3, 3),
+			delayed, cmdAcquire(2, 5, "a", true), cmdAcquire(3, 6, "a", true), {Kind: KindExpire, Lease: id(1)}, {Kind: KindExpire, Lease: id(2)}},
+			cmd: Command{Kind: KindGrantNext, Name: "a"}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if k, _ := s.Lock("a"); k.Holder != id(3) || k.Delayed {
+					t.Fatalf("grant-next: %+v", k)
+				}
+			}},
+		{name: "grant-next with nobody waiting frees the lock", history: []Command{cmdCreate(1, 1), delayed, {Kind: KindExpire, Lease: id(1)}},
+			cmd: Command{Kind: KindGrantNext, Name: "a"}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if _, ok := s.Lock("a"); ok {
+					t.Fatal("idle lock kept")
+				}
+			}},
+		{name: "grant-next on a lock not delayed", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false)},
+			cmd: Command{Kind: KindGrantNext, Name: "a"}, want: NotWaiting},
+		{name: "try-acquire a delayed lock is refused", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), delayed, {Kind: KindExpire, Lease: id(1)}},
+			cmd: cmdAcquire(2, 5, "a", false), want: LockHeld, token: 1,
+			check: func(t *testing.T, s *State, r Result) {
+				if !r.Delayed {
+					t.Fatal("delay not reported")
+				}
+			}},
+		{name: "cancel-wait leaves the queue", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 4, "a", true)},
+			cmd: Command{Kind: KindCancelWait, Lease: id(2), Name: "a"}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if l, _ := s.Lease(id(2)); len(l.Waits) != 0 {
+					t.Fatalf("still waits: %v", l.Waits)
+				}
+			}},
+		{name: "cancel-wait when not waiting", history: []Command{cmdCreate(1, 1)},
+			cmd: Command{Kind: KindCancelWait, Lease: id(1), Name: "a"}, want: NotWaiting},
+		{name: "put with a granted token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false)},
+			cmd: Command{Kind: KindPut, RequestID: req(3), Name: "k", Value: []byte("v"), Token: 1}, want: OK, token: 1},
+		{name: "put with an equal token again", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), {Kind: KindPut, Name: "k", Value: []byte("v"), Token: 1}},
+			cmd: Command{Kind: KindPut, Name: "k", Value: []byte("w"), Token: 1}, want: OK, token: 1},
+		{name: "put with a stale token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), cmdAcquire(1, 3, "b", false), {Kind: KindPut, Name: "k", Value: []byte("new"), Token: 2}},
+			cmd: Command{Kind: KindPut, Name: "k", Value: []byte("old"), Token: 1}, want: Stale, token: 2,
+			check: func(t *testing.T, s *State, r Result) {
+				if v, tok, _ := s.Get("k"); string(v) != "new" || tok != 2 {
+					t.Fatalf("stale write landed: %q %d", v, tok)
+				}
+			}},
+		{name: "put with a token never issued", cmd: Command{Kind: KindPut, Name: "k", Token: 7}, want: Invalid},
+		{name: "put with token 0", cmd: Command{Kind: KindPut, Name: "k", Token: 0}, want: Invalid},
+		{name: "put with a value too large", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false)},
+			cmd: Command{Kind: KindPut, Name: "k", Token: 1, Value: make([]byte, MaxValueLen+1)}, want: Invalid},
+		{name: "tick advances the clock", cmd: Command{Kind: KindTick, Elapsed: 100 * time.Millisecond}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if s.Clock() != 100*time.Millisecond {
+					t.Fatalf("clock %v", s.Clock())
+				}
+			}},
+		{name: "tick too long", cmd: Command{Kind: KindTick, Elapsed: time.Hour}, want: Invalid},
+		{name: "command with a field of another kind", cmd: Command{Kind: KindTick, Elapsed: 1, Name: "x"}, want: Invalid},
+		{name: "unknown kind", cmd: Command{Kind: 99}, want: Invalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New()
+			for i := range tt.history {
+				if r := s.Apply(&tt.history[i]); r.Code != OK && r.Code != Queued {
+					t.Fatalf("history[%d] %v: %v %s", i, tt.history[i].Kind, r.Code, r.Reason)
+				}
+			}
+			before := s.Marshal(nil)
+			r := s.Apply(&tt.cmd)
+			if r.Code != tt.want {
+				t.Fatalf("code %v (%s), want %v", r.Code, r.Reason, tt.want)
+			}
+			if tt.token != 0 && r.Token != tt.token {
+				t.Fatalf("token %d, want %d", r.Token, tt.token)
+			}
+			if r.Code != OK && r.Code != Queued && string(s.Marshal(nil)) != string(before) {
+				t.Fatalf("refusal %v changed the state", r.Code)
+			}
+			if r.Code == Invalid && r.Reason == "" {
+				t.Fatal("invalid without a reason")
+			}
+			checkInvariants(t, s)
+			if tt.check != nil {
+				tt.check(t, s, r)
+			}
+		})
+	}
+}
+
+func hasEvent(r Result, kind EventKind, lease LeaseID, token uint64) bool {
+	for _, e := range r.Events {
+		if e.Kind == kind && e.Lease == lease && e.Token == token {
+			return true
+		}
+	}
+	return false
+}
+
+func TestValidName(t *testing.T) {
+	for _, tt := range []struct {
+		in, err string
+	}{
+		{"jobs/nightly", ""},
+		{"ünïcødé ✓", ""},
+		{strings.Repeat("x", 256), ""},
+		{"", "empty"},
+		{strings.Repeat("x", 257), "257 bytes"},
+		{"a\x00b", "control character"},
+		{"tab\there", "control character"},
+		{"\xff\xfe", "UTF-8"},
+		{"a\u0085b", "control character"},
+	} {
+		err := ValidName("lock name", tt.in)
+		if (err == nil) != (tt.err == "") || err != nil && !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("ValidName(%q) = %v, want error containing %q", tt.in, err, tt.err)
+		}
+	}
+}
