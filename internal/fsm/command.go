@@ -129,6 +129,8 @@ type Result struct {
 	// Token: the grant's token (Acquire), the highest accepted token (Stale),
 	// the holder's token (LockHeld).
 	Token uint64
+	// Lease: the id of the lease created (CreateLease; on a retry, the first attempt's).
+	Lease LeaseID
 	// LeaseNumber: the public number of the lease created, granted or holding.
 	LeaseNumber uint64
 	// Owner: the holder's owner label (LockHeld).

@@ -291,3 +291,12 @@ func (s *State) Get(key string) (value []byte, token uint64, ok bool) {
 	}
 	return slices.Clone(e.value), e.token, true
 }
+
+// NumWaiters returns the number of queued acquires across all locks.
+func (s *State) NumWaiters() int {
+	n := 0
+	for _, k := range s.locks {
+		n += len(k.waiters)
+	}
+	return n
+}

@@ -119,7 +119,7 @@ func (s *State) Apply(c *Command) Result {
 func (s *State) createLease(c *Command) Result {
 	if id, ok := s.created[c.RequestID]; ok {
 		l := s.leases[id]
-		return Result{Code: OK, LeaseNumber: l.number, TTL: l.ttl}
+		return Result{Code: OK, Lease: l.id, LeaseNumber: l.number, TTL: l.ttl}
 	}
 	if _, ok := s.leases[c.Lease]; ok {
 		// A second lease with the same 128-bit random id: the server's
@@ -133,7 +133,7 @@ func (s *State) createLease(c *Command) Result {
 	if !c.RequestID.IsZero() {
 		s.created[c.RequestID] = l.id
 	}
-	return Result{Code: OK, LeaseNumber: l.number, TTL: l.ttl,
+	return Result{Code: OK, Lease: l.id, LeaseNumber: l.number, TTL: l.ttl,
 		Events: []Event{{Kind: LeaseStarted, Lease: l.id, TTL: l.ttl}}}
 }
 

@@ -1,0 +1,121 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencehq/fence/internal/clock"
+	"github.com/fencehq/fence/internal/fsm"
+)
+
+// Default addresses of a single node.
+const (
+	DefaultGRPCAddr    = "127.0.0.1:7300"
+	DefaultMetricsAddr = "127.0.0.1:7301"
+	DefaultRaftAddr    = "127.0.0.1:7302"
+)
+
+// Config is everything a server needs. Start from DefaultConfig.
+type Config struct {
+	// NodeID names this node in the raft group; it must never change for a data dir.
+	NodeID string
+	// DataDir holds the raft log (raft.db, bbolt, fsync on every write) and snapshots/.
+	DataDir string
+	// GRPCAddr is where clients connect. ":0" picks a free port (see Server.GRPCAddr).
+	GRPCAddr string
+	// MetricsAddr serves /metrics, /healthz and /readyz over HTTP; "" disables it.
+	MetricsAddr string
+	// RaftAddr is the raft transport's address (TCP).
+	RaftAddr string
+
+	// MinTTL and MaxTTL bound the TTL a client may ask for.
+	MinTTL, MaxTTL time.Duration
+	// DefaultLockDelay applies when an Acquire does not set one: after a
+	// holder's lease *expires* (not on a clean release or revoke), its locks
+	// are not re-granted for this long. It narrows the window in which a
+	// paused holder that has not yet noticed its expiry overlaps the next
+	// holder on resources that do not check tokens. 5s covers typical GC and
+	// VM pauses while adding only 5s to recovery from a crashed holder; set 0
+	// where every resource is fenced and fast failover matters more.
+	DefaultLockDelay time.Duration
+	// TickInterval is how often the leader writes its elapsed time into the
+	// log and checks for expired leases. Expiry happens within one tick of the
+	// deadline; a new leader credits leases with the logged time.
+	TickInterval time.Duration
+
+	// MaxBatch bounds the commands packed into one raft entry.
+	MaxBatch int
+	// SnapshotThreshold is the number of new log entries that triggers a snapshot.
+	SnapshotThreshold uint64
+	// SnapshotInterval is how often raft checks the threshold.
+	SnapshotInterval time.Duration
+	// TrailingLogs is how many entries to keep after a snapshot (for slow followers).
+	TrailingLogs uint64
+	// HeartbeatTimeout and ElectionTimeout are raft's failure-detection times.
+	HeartbeatTimeout, ElectionTimeout time.Duration
+
+	// Clock drives leases, ticks and lock-delays. Raft keeps its own timers.
+	Clock clock.Clock
+	// Registerer receives the server's metrics; nil means a fresh registry
+	// (served on MetricsAddr).
+	Registerer prometheus.Registerer
+	// Gatherer is what /metrics serves; it must match Registerer when both are set.
+	Gatherer prometheus.Gatherer
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// RaftLogLevel is the level of hashicorp/raft's own log ("warn" by default).
+	RaftLogLevel string
+}
+
+// DefaultConfig returns the settings of the embedded single node.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:            "node1",
+		DataDir:           "fence-data",
+		GRPCAddr:          DefaultGRPCAddr,
+		MetricsAddr:       DefaultMetricsAddr,
+		RaftAddr:          DefaultRaftAddr,
+		MinTTL:            time.Second,
+		MaxTTL:            time.Hour,
+		DefaultLockDelay:  5 * time.Second,
+		TickInterval:      100 * time.Millisecond,
+		MaxBatch:          1024,
+		SnapshotThreshold: 16384,
+		SnapshotInterval:  30 * time.Second,
+		TrailingLogs:      10240,
+		HeartbeatTimeout:  500 * time.Millisecond,
+		ElectionTimeout:   500 * time.Millisecond,
+		Clock:             clock.Real{},
+		RaftLogLevel:      "warn",
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.NodeID != "", "node id is empty")
+	check(c.DataDir != "", "data dir is empty")
+	check(c.GRPCAddr != "", "gRPC address is empty")
+	check(c.RaftAddr != "", "raft address is empty")
+	check(c.MinTTL >= fsm.MinTTL && c.MinTTL <= c.MaxTTL && c.MaxTTL <= fsm.MaxTTL,
+		"TTL bounds %v…%v must satisfy %v ≤ min ≤ max ≤ %v", c.MinTTL, c.MaxTTL, fsm.MinTTL, fsm.MaxTTL)
+	check(c.DefaultLockDelay >= 0 && c.DefaultLockDelay <= fsm.MaxLockDelay,
+		"lock-delay %v is outside 0…%v", c.DefaultLockDelay, fsm.MaxLockDelay)
+	check(c.TickInterval >= time.Millisecond && c.TickInterval <= time.Second,
+		"tick interval %v is outside 1ms…1s", c.TickInterval)
+	check(c.TickInterval < c.MinTTL, "tick interval %v must be shorter than the minimum TTL %v", c.TickInterval, c.MinTTL)
+	check(c.MaxBatch >= 1, "max batch %d must be at least 1", c.MaxBatch)
+	check(c.SnapshotThreshold >= 1, "snapshot threshold must be at least 1")
+	check(c.HeartbeatTimeout >= 5*time.Millisecond && c.ElectionTimeout >= 5*time.Millisecond, "raft timeouts must be at least 5ms")
+	check(c.Clock != nil, "clock is nil")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,269 @@
+package server
+
+import (
+	"container/heap"
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fencehq/fence/internal/clock"
+	"github.com/fencehq/fence/internal/fsm"
+)
+
+// lessor runs the leader's time-driven duties. While active (this node leads
+// and has applied the whole log) it keeps every lease's deadline on the
+// leader's monotonic clock and, every tick:
+//   - proposes Tick{elapsed}, writing the time that passed into the log;
+//   - proposes Expire for each lease past its deadline, carrying the renewal
+//     count it judged, so a renewal that commits first wins;
+//   - proposes GrantNext for each lock whose lock-delay has passed.
+//
+// Nothing takes effect until it commits, so a deposed leader that cannot reach
+// a majority expires nothing and grants nothing.
+//
+// Deadlines. While leading, a lease's deadline is the local time at which its
+// creation or renewal was applied, plus its TTL; that is after the client sent
+// the renewal, so it is never earlier than the client's own deadline. On
+// takeover (election or restart) the new leader has no such times. It reads
+// the logical clock instead: each lease records the logical time of its last
+// renewal, and the ticks committed since then sum to at most the real time
+// that passed plus a fixed overcount (see takeoverSlack), so
+//
+//	deadline = now + TTL − (clock − renewedAt − takeoverSlack)
+//
+// is never earlier than any deadline an earlier leader promised, and a lease
+// nobody renews still ends: every leader adds its ticks to the same clock.
+type lessor struct {
+	clock   clock.Clock
+	tick    time.Duration
+	propose func(context.Context, fsm.Command) (fsm.Result, error)
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	active   bool                     // guarded by mu
+	leases   map[fsm.LeaseID]*tracked // guarded by mu
+	expiry   deadlineHeap             // guarded by mu; one entry per tracked lease
+	delays   map[string]time.Time     // guarded by mu; lock name → when to GrantNext
+	lastTick time.Time                // guarded by mu
+}
+
+type tracked struct {
+	deadline time.Time
+	renewals uint64
+}
+
+// takeoverSlack bounds how much logged tick time may predate a renewal: a
+// tick's elapsed covers the span since the previous tick's proposal, and the
+// ticks just after a renewal can reach back before it by at most two ticks'
+// capped elapsed (ticks are proposed one at a time).
+func (ls *lessor) takeoverSlack() time.Duration { return 2 * ls.maxTickElapsed() }
+
+// maxTickElapsed caps one Tick's elapsed: a leader that stalls (paused,
+// starved) logs less time than passed, never more, so leases only get longer.
+func (ls *lessor) maxTickElapsed() time.Duration { return 2 * ls.tick }
+
+func newLessor(c clock.Clock, tick time.Duration, propose func(context.Context, fsm.Command) (fsm.Result, error), log *slog.Logger) *lessor {
+	return &lessor{clock: c, tick: tick, propose: propose, log: log,
+		leases: map[fsm.LeaseID]*tracked{}, delays: map[string]time.Time{}}
+}
+
+// activate starts the leader duties from state s. The caller holds the
+// replica's read lock, so no command applies meanwhile.
+func (ls *lessor) activate(s *fsm.State) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	now := ls.clock.Now()
+	ls.leases, ls.expiry, ls.delays = map[fsm.LeaseID]*tracked{}, nil, map[string]time.Time{}
+	logical := s.Clock()
+	slack := ls.takeoverSlack()
+	s.Leases(func(v fsm.LeaseView) {
+		passed := max(0, logical-v.RenewedAt-slack)
+		ls.trackLocked(v.ID, now.Add(max(0, v.TTL-passed)), v.Renewals)
+	})
+	for _, k := range s.Locks() {
+		if k.Delayed {
+			passed := max(0, logical-k.DelayFrom-slack)
+			ls.delays[k.Name] = now.Add(max(0, k.LockDelay-passed))
+		}
+	}
+	ls.lastTick = now
+	ls.active = true
+	ls.log.Info("leader duties started", "leases", len(ls.leases), "delayed_locks", len(ls.delays))
+}
+
+// deactivate stops the leader duties (leadership lost or shutting down).
+func (ls *lessor) deactivate() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.active {
+		ls.log.Info("leader duties stopped")
+	}
+	ls.active = false
+	ls.leases, ls.expiry, ls.delays = map[fsm.LeaseID]*tracked{}, nil, map[string]time.Time{}
+}
+
+// isActive reports whether this node is leading with a complete state.
+func (ls *lessor) isActive() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.active
+}
+
+// deadline returns a lease's deadline, if this node tracks it.
+func (ls *lessor) deadline(id fsm.LeaseID) (time.Time, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	t := ls.leases[id]
+	if t == nil {
+		return time.Time{}, false
+	}
+	return t.deadline, true
+}
+
+// event updates deadlines from an applied command. Called on the apply path
+// with the replica locked; it must not block.
+func (ls *lessor) event(e *fsm.Event) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if !ls.active {
+		return
+	}
+	switch e.Kind {
+	case fsm.LeaseStarted, fsm.LeaseRenewed:
+		d := ls.clock.Now().Add(e.TTL)
+		if t := ls.leases[e.Lease]; t != nil {
+			t.deadline, t.renewals = later(t.deadline, d), e.Renewals
+		} else {
+			ls.trackLocked(e.Lease, d, e.Renewals)
+		}
+	case fsm.LeaseEnded:
+		delete(ls.leases, e.Lease) // its heap entry is dropped when popped
+	case fsm.DelayStarted:
+		ls.delays[e.Name] = ls.clock.Now().Add(e.Delay)
+	}
+}
+
+func (ls *lessor) trackLocked(id fsm.LeaseID, deadline time.Time, renewals uint64) {
+	ls.leases[id] = &tracked{deadline: deadline, renewals: renewals}
+	heap.Push(&ls.expiry, heapEntry{at: deadline, id: id})
+}
+
+// run performs the duties every tick until ctx ends.
+func (ls *lessor) run(ctx context.Context) {
+	t := ls.clock.NewTicker(ls.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			ls.step(ctx)
+		}
+	}
+}
+
+// step proposes this tick's commands and waits for them, so ticks are
+// committed one at a time (takeoverSlack depends on it).
+func (ls *lessor) step(ctx context.Context) {
+	cmds := ls.due()
+	if len(cmds) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, 10*ls.tick+time.Second)
+			defer cancel()
+			res, err := ls.propose(ctx, c)
+			switch {
+			case err != nil:
+				ls.log.Warn("leader duty not committed; will retry", "cmd", c.Kind.String(), "err", err)
+				if c.Kind == fsm.KindGrantNext {
+					ls.retryDelay(c.Name)
+				}
+			case c.Kind == fsm.KindExpire && res.Code == fsm.OK:
+				ls.log.Info("lease expired", "lease", res.LeaseNumber, "released", res.Released)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// due collects this tick's commands.
+func (ls *lessor) due() []fsm.Command {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if !ls.active {
+		return nil
+	}
+	now := ls.clock.Now()
+	var cmds []fsm.Command
+	if len(ls.leases) > 0 || len(ls.delays) > 0 {
+		elapsed := min(now.Sub(ls.lastTick), ls.maxTickElapsed())
+		if elapsed > 0 {
+			cmds = append(cmds, fsm.Command{Kind: fsm.KindTick, Elapsed: elapsed})
+		}
+	}
+	ls.lastTick = now
+	for len(ls.expiry) > 0 && !ls.expiry[0].at.After(now) {
+		e := heap.Pop(&ls.expiry).(heapEntry)
+		t := ls.leases[e.id]
+		switch {
+		case t == nil: // ended
+		case t.deadline.After(now): // renewed since it was pushed
+			heap.Push(&ls.expiry, heapEntry{at: t.deadline, id: e.id})
+		default:
+			cmds = append(cmds, fsm.Command{Kind: fsm.KindExpire, Lease: e.id, Renewals: t.renewals})
+			// Look again next tick: gone if the expire committed, renewed, or retried.
+			heap.Push(&ls.expiry, heapEntry{at: now.Add(ls.tick), id: e.id})
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(ls.delays)) {
+		if !ls.delays[name].After(now) {
+			delete(ls.delays, name)
+			cmds = append(cmds, fsm.Command{Kind: fsm.KindGrantNext, Name: name})
+		}
+	}
+	return cmds
+}
+
+func (ls *lessor) retryDelay(name string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.active {
+		if _, ok := ls.delays[name]; !ok {
+			ls.delays[name] = ls.clock.Now()
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+type heapEntry struct {
+	at time.Time
+	id fsm.LeaseID
+}
+
+// deadlineHeap is a min-heap of lease deadlines.
+type deadlineHeap []heapEntry
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(heapEntry)) }
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}

@@ -1,0 +1,143 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/metrics"
+)
+
+// errIndeterminate: the command reached raft but we cannot tell whether it
+// committed (leadership was lost, or the node shut down). Retrying with the
+// same request id is safe; the fsm answers a retry with the first result.
+var errIndeterminate = errors.New("outcome unknown: leadership changed while the command was in flight; retry with the same request id")
+
+// errNotLeader: this node cannot accept commands now.
+var errNotLeader = errors.New("this node is not the leader")
+
+// proposer packs concurrent commands into one raft entry each round: while
+// one batch is being committed the next one fills up, so the batch size
+// adapts to the load (one command alone when idle, hundreds under load).
+type proposer struct {
+	raft     *raft.Raft
+	in       chan *proposal
+	maxBatch int
+	inflight chan struct{} // slots for batches in flight
+	metrics  *metrics.Server
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+type proposal struct {
+	cmd  fsm.Command
+	done chan proposalResult // buffered, 1
+}
+
+type proposalResult struct {
+	res fsm.Result
+	err error
+}
+
+const maxInflightBatches = 2
+
+func newProposer(r *raft.Raft, maxBatch int, m *metrics.Server) *proposer {
+	p := &proposer{raft: r, in: make(chan *proposal, 8192), maxBatch: maxBatch,
+		inflight: make(chan struct{}, maxInflightBatches), metrics: m,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+// propose commits cmd through raft and returns its result. A ctx that ends
+// after the command was handed to raft yields errIndeterminate: it may
+// still commit.
+func (p *proposer) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	pr := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	select {
+	case p.in <- pr:
+	case <-ctx.Done():
+		return fsm.Result{}, ctx.Err()
+	case <-p.stop:
+		return fsm.Result{}, errNotLeader
+	}
+	select {
+	case out := <-pr.done:
+		return out.res, out.err
+	case <-ctx.Done():
+		return fsm.Result{}, fmt.Errorf("%w (%v)", errIndeterminate, ctx.Err())
+	}
+}
+
+func (p *proposer) run() {
+	defer close(p.done)
+	var buf []byte
+	for {
+		select {
+		case p.inflight <- struct{}{}:
+		case <-p.stop:
+			return
+		}
+		var batch []*proposal
+		select {
+		case pr := <-p.in:
+			batch = append(batch, pr)
+		case <-p.stop:
+			return
+		}
+	drain:
+		for len(batch) < p.maxBatch {
+			select {
+			case pr := <-p.in:
+				batch = append(batch, pr)
+			default:
+				break drain
+			}
+		}
+		cmds := make([]fsm.Command, len(batch))
+		for i, pr := range batch {
+			cmds[i] = pr.cmd
+		}
+		buf = fsm.EncodeBatch(buf[:0], cmds)
+		start := time.Now()
+		f := p.raft.Apply(append([]byte(nil), buf...), 0)
+		p.metrics.BatchSize.Observe(float64(len(batch)))
+		go p.finish(f, batch, start)
+	}
+}
+
+func (p *proposer) finish(f raft.ApplyFuture, batch []*proposal, start time.Time) {
+	defer func() { <-p.inflight }()
+	err := f.Error()
+	if err == nil {
+		p.metrics.ApplyLatency.Observe(time.Since(start).Seconds())
+		results, ok := f.Response().([]fsm.Result)
+		if !ok {
+			err = fmt.Errorf("entry refused by the state machine: %v", f.Response())
+		} else {
+			for i, pr := range batch {
+				pr.done <- proposalResult{res: results[i]}
+			}
+			return
+		}
+	}
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		err = errNotLeader // never reached the log
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
+		err = errIndeterminate
+	}
+	for _, pr := range batch {
+		pr.done <- proposalResult{err: err}
+	}
+}
+
+// close stops batching; calls in flight finish with their raft outcome.
+func (p *proposer) close() {
+	close(p.stop)
+	<-p.done
+}

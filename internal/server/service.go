@@ -1,0 +1,281 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/fsm"
+)
+
+// service implements api.FenceServer on top of a Server.
+type service struct {
+	api.UnimplementedFenceServer
+	s *Server
+}
+
+// leading refuses calls on a node that is not a ready leader.
+func (v *service) leading() error {
+	if !v.s.Ready() {
+		return status.Error(codes.Unavailable, "this node is not the leader (or is still taking over); retry shortly")
+	}
+	return nil
+}
+
+// apply validates nothing; it proposes cmd and maps outcomes to statuses.
+func (v *service) apply(ctx context.Context, cmd fsm.Command, accept ...fsm.Code) (fsm.Result, error) {
+	if err := v.leading(); err != nil {
+		return fsm.Result{}, err
+	}
+	res, err := v.s.proposer.propose(ctx, cmd)
+	if err != nil {
+		return res, proposeErr(err)
+	}
+	if res.Code == fsm.OK {
+		return res, nil
+	}
+	for _, c := range accept {
+		if res.Code == c {
+			return res, nil
+		}
+	}
+	return res, refusal(&cmd, &res)
+}
+
+func (v *service) CreateLease(ctx context.Context, r *api.CreateLeaseRequest) (*api.CreateLeaseResponse, error) {
+	cmd, err := v.s.limits.createLease(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rand.Read(cmd.Lease[:]); err != nil {
+		return nil, status.Errorf(codes.Internal, "no randomness for a lease id: %v", err)
+	}
+	res, err := v.apply(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &api.CreateLeaseResponse{LeaseId: res.Lease[:], LeaseNumber: res.LeaseNumber, Ttl: durationpb.New(res.TTL)}, nil
+}
+
+// maxRenewalsInFlight bounds the renewals one KeepAlive stream has pending.
+const maxRenewalsInFlight = 1024
+
+func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
+	ctx := stream.Context()
+	var (
+		sendMu sync.Mutex
+		wg     sync.WaitGroup
+		slots  = make(chan struct{}, maxRenewalsInFlight)
+		failed = make(chan error, 1)
+	)
+	defer wg.Wait()
+	send := func(resp *api.KeepAliveResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if err := stream.Send(resp); err != nil {
+			select {
+			case failed <- err:
+			default:
+			}
+		}
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case err := <-failed:
+			return err
+		default:
+		}
+		id, err := leaseID(req.GetLeaseId())
+		if err != nil {
+			return err
+		}
+		if err := v.leading(); err != nil {
+			return err
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		wg.Add(1)
+		go func(seq uint64) {
+			defer func() { <-slots; wg.Done() }()
+			res, err := v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindRenew, Lease: id})
+			if err != nil {
+				select {
+				case failed <- proposeErr(err):
+				default:
+				}
+				return
+			}
+			resp := &api.KeepAliveResponse{Seq: seq, Ok: res.Code == fsm.OK}
+			if resp.Ok {
+				resp.Ttl = durationpb.New(res.TTL)
+			}
+			send(resp)
+		}(req.GetSeq())
+	}
+}
+
+func (v *service) Revoke(ctx context.Context, r *api.RevokeRequest) (*api.RevokeResponse, error) {
+	cmd, err := v.s.limits.revoke(r)
+	if err != nil {
+		return nil, err
+	}
+	res, err := v.apply(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &api.RevokeResponse{Released: res.Released}, nil
+}
+
+func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) {
+	cmd, err := v.s.limits.acquire(r)
+	if err != nil {
+		return nil, err
+	}
+	var wake chan uint64
+	if cmd.Wait { // register first, so a grant right after queueing is not missed
+		wake = v.s.waiters.register(cmd.Lease, cmd.Name)
+		defer v.s.waiters.unregister(cmd.Lease, cmd.Name, wake)
+	}
+	res, err := v.apply(ctx, cmd, fsm.Queued)
+	if err != nil {
+		return nil, err
+	}
+	if res.Code == fsm.OK {
+		return &api.AcquireResponse{Name: cmd.Name, Token: res.Token, LeaseNumber: res.LeaseNumber}, nil
+	}
+	for { // queued: wait for the grant, the end of the lease, or the deadline
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return v.giveUp(cmd)
+		}
+		if resp, err, done := v.waitOutcome(cmd); done {
+			return resp, err
+		}
+	}
+}
+
+// waitOutcome looks at the state after a wake-up: granted, lease gone, or
+// still queued (done=false).
+func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, err error, done bool) {
+	v.s.replica.read(func(s *fsm.State) {
+		l, alive := s.Lease(cmd.Lease)
+		if !alive {
+			err, done = refusal(&cmd, &fsm.Result{Code: fsm.LeaseNotFound}), true
+			return
+		}
+		if k, ok := s.Lock(cmd.Name); ok && k.Holder == cmd.Lease {
+			resp, done = &api.AcquireResponse{Name: cmd.Name, Token: k.Token, LeaseNumber: l.Number}, true
+		}
+	})
+	return resp, err, done
+}
+
+// giveUp leaves the queue after the caller's deadline. If the grant won the
+// race, the lease holds the lock: a retry with the same request id returns it.
+func (v *service) giveUp(cmd fsm.Command) (*api.AcquireResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Name: cmd.Name})
+	return nil, status.Errorf(codes.DeadlineExceeded, "gave up waiting for lock %q at the call's deadline", cmd.Name)
+}
+
+func (v *service) Release(ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+	cmd, err := v.s.limits.release(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := v.apply(ctx, cmd); err != nil {
+		return nil, err
+	}
+	return &api.ReleaseResponse{}, nil
+}
+
+func (v *service) GetLock(ctx context.Context, r *api.GetLockRequest) (*api.GetLockResponse, error) {
+	if err := name("lock name", r.GetName()); err != nil {
+		return nil, err
+	}
+	if err := v.s.linearizableRead(ctx); err != nil {
+		return nil, err
+	}
+	info := &api.LockInfo{Name: r.GetName()}
+	v.s.replica.read(func(s *fsm.State) {
+		if k, ok := s.Lock(r.GetName()); ok {
+			info = v.lockInfo(k)
+		}
+	})
+	return &api.GetLockResponse{Lock: info}, nil
+}
+
+func (v *service) ListLocks(ctx context.Context, _ *api.ListLocksRequest) (*api.ListLocksResponse, error) {
+	if err := v.s.linearizableRead(ctx); err != nil {
+		return nil, err
+	}
+	var out []*api.LockInfo
+	v.s.replica.read(func(s *fsm.State) {
+		for _, k := range s.Locks() {
+			out = append(out, v.lockInfo(k))
+		}
+	})
+	return &api.ListLocksResponse{Locks: out}, nil
+}
+
+func (v *service) lockInfo(k fsm.LockView) *api.LockInfo {
+	info := &api.LockInfo{Name: k.Name, HolderLease: k.HolderNum, HolderOwner: k.HolderOwner, Token: k.Token,
+		Waiters: uint32(len(k.Waiters)), Delayed: k.Delayed, LockDelay: durationpb.New(k.LockDelay)}
+	if !k.Holder.IsZero() {
+		if d, ok := v.s.lessor.deadline(k.Holder); ok {
+			info.TtlLeft = durationpb.New(max(0, d.Sub(v.s.cfg.Clock.Now())))
+		}
+	}
+	return info
+}
+
+func (v *service) Put(ctx context.Context, r *api.PutRequest) (*api.PutResponse, error) {
+	cmd, err := v.s.limits.put(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := v.apply(ctx, cmd); err != nil {
+		return nil, err
+	}
+	return &api.PutResponse{}, nil
+}
+
+func (v *service) Get(ctx context.Context, r *api.GetRequest) (*api.GetResponse, error) {
+	if err := name("key", r.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := v.s.linearizableRead(ctx); err != nil {
+		return nil, err
+	}
+	var (
+		resp  = &api.GetResponse{}
+		found bool
+	)
+	v.s.replica.read(func(s *fsm.State) {
+		resp.Value, resp.Token, found = s.Get(r.GetKey())
+	})
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "key %q has never been written", r.GetKey())
+	}
+	return resp, nil
+}

@@ -1,0 +1,201 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/fsm"
+)
+
+// limits are the server's bounds on client input, on top of the fsm's hard limits.
+type limits struct {
+	minTTL, maxTTL time.Duration
+	lockDelay      time.Duration // default
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func requestID(b []byte) (fsm.RequestID, error) {
+	var id fsm.RequestID
+	switch len(b) {
+	case 0: // no deduplication for this call
+	case len(id):
+		copy(id[:], b)
+	default:
+		return id, invalid("request_id is %d bytes; send 16 random bytes (the same on every retry of one call) or none", len(b))
+	}
+	return id, nil
+}
+
+func leaseID(b []byte) (fsm.LeaseID, error) {
+	var id fsm.LeaseID
+	if len(b) != len(id) {
+		return id, invalid("lease_id is %d bytes; it must be the 16-byte id CreateLease returned", len(b))
+	}
+	copy(id[:], b)
+	if id.IsZero() {
+		return id, invalid("lease_id is all zeros; use the id CreateLease returned")
+	}
+	return id, nil
+}
+
+func duration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if err := d.CheckValid(); err != nil {
+		return 0, invalid("%s: %v", field, err)
+	}
+	return d.AsDuration(), nil
+}
+
+func name(what, s string) error {
+	if err := fsm.ValidName(what, s); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return nil
+}
+
+func (l limits) createLease(r *api.CreateLeaseRequest) (fsm.Command, error) {
+	c := fsm.Command{Kind: fsm.KindCreateLease, Owner: r.GetOwner()}
+	var err error
+	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	if r.GetTtl() == nil {
+		return c, invalid("ttl is missing; give the lease a TTL between %v and %v", l.minTTL, l.maxTTL)
+	}
+	if c.TTL, err = duration("ttl", r.GetTtl()); err != nil {
+		return c, err
+	}
+	if c.TTL < l.minTTL || c.TTL > l.maxTTL {
+		return c, invalid("ttl %v is outside this server's bounds %v…%v", c.TTL, l.minTTL, l.maxTTL)
+	}
+	if err := fsm.ValidOwner(c.Owner); err != nil {
+		return c, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return c, nil
+}
+
+func (l limits) acquire(r *api.AcquireRequest) (fsm.Command, error) {
+	c := fsm.Command{Kind: fsm.KindAcquire, Name: r.GetName(), Wait: r.GetWait(), LockDelay: l.lockDelay}
+	var err error
+	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
+		return c, err
+	}
+	if err := name("lock name", c.Name); err != nil {
+		return c, err
+	}
+	if r.GetLockDelay() != nil {
+		if c.LockDelay, err = duration("lock_delay", r.GetLockDelay()); err != nil {
+			return c, err
+		}
+		if c.LockDelay < 0 || c.LockDelay > fsm.MaxLockDelay {
+			return c, invalid("lock_delay %v is outside 0…%v", c.LockDelay, fsm.MaxLockDelay)
+		}
+	}
+	return c, nil
+}
+
+func (l limits) release(r *api.ReleaseRequest) (fsm.Command, error) {
+	c := fsm.Command{Kind: fsm.KindRelease, Name: r.GetName()}
+	var err error
+	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
+		return c, err
+	}
+	return c, name("lock name", c.Name)
+}
+
+func (l limits) revoke(r *api.RevokeRequest) (fsm.Command, error) {
+	c := fsm.Command{Kind: fsm.KindRevoke}
+	var err error
+	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	c.Lease, err = leaseID(r.GetLeaseId())
+	return c, err
+}
+
+func (l limits) put(r *api.PutRequest) (fsm.Command, error) {
+	c := fsm.Command{Kind: fsm.KindPut, Name: r.GetKey(), Token: r.GetToken()}
+	if len(r.GetValue()) > 0 {
+		c.Value = r.GetValue()
+	}
+	var err error
+	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	if err := name("key", c.Name); err != nil {
+		return c, err
+	}
+	if len(c.Value) > fsm.MaxValueLen {
+		return c, invalid("value is %d bytes; the limit is %d", len(c.Value), fsm.MaxValueLen)
+	}
+	if c.Token == 0 {
+		return c, invalid("token is 0; pass the fencing token of your lock grant")
+	}
+	return c, nil
+}
+
+// refusal turns an fsm refusal into a gRPC status a person can act on.
+func refusal(c *fsm.Command, r *fsm.Result) error {
+	switch r.Code {
+	case fsm.LeaseNotFound:
+		return status.Error(codes.NotFound, "lease not found: it expired or was revoked; stop using its locks and create a new lease")
+	case fsm.LockHeld:
+		var st *status.Status
+		if r.Delayed {
+			st = status.Newf(codes.Aborted, "lock %q is in lock-delay after its holder's lease expired; try again shortly or wait", c.Name)
+		} else {
+			st = status.Newf(codes.Aborted, "lock %q is held by lease #%d (owner %q) with token %d", c.Name, r.LeaseNumber, r.Owner, r.Token)
+		}
+		return withDetail(st, &api.LockHeld{Name: c.Name, HolderLease: r.LeaseNumber, HolderOwner: r.Owner, Token: r.Token, Delayed: r.Delayed})
+	case fsm.AlreadyHeld:
+		if r.Token != 0 {
+			return status.Errorf(codes.AlreadyExists, "this lease already holds lock %q (token %d); release it first or reuse that grant", c.Name, r.Token)
+		}
+		return status.Errorf(codes.AlreadyExists, "this lease is already waiting for lock %q", c.Name)
+	case fsm.NotHolder:
+		return status.Errorf(codes.FailedPrecondition, "this lease does not hold lock %q", c.Name)
+	case fsm.Stale:
+		st := status.Newf(codes.FailedPrecondition, "stale token: %d < %d, the highest key %q has accepted; a newer holder has written, stop and re-acquire", c.Token, r.Token, c.Name)
+		return withDetail(st, &api.StaleToken{Key: c.Name, Offered: c.Token, Highest: r.Token})
+	case fsm.Invalid:
+		return status.Error(codes.InvalidArgument, r.Reason)
+	}
+	return status.Errorf(codes.Internal, "unexpected outcome %v for %v", r.Code, c.Kind)
+}
+
+func withDetail(st *status.Status, detail protoadapt.MessageV1) error {
+	if s, err := st.WithDetails(detail); err == nil {
+		return s.Err()
+	}
+	return st.Err()
+}
+
+// proposeErr turns a proposer error into a gRPC status.
+func proposeErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNotLeader):
+		return status.Error(codes.Unavailable, "this node is not the leader (or is still taking over); retry shortly")
+	case errors.Is(err, errIndeterminate):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Internal, err.Error())
+}
