@@ -89,6 +89,7 @@ func Unmarshal(b []byte) (*State, error) {
 	s.clock = d.duration()
 	s.leaseSeq = d.uvarint()
 
+	var prevID LeaseID
 	for n := d.count(); n > 0 && d.err == nil; n-- {
 		l := &lease{}
 		d.fixed(l.id[:])
@@ -107,19 +108,25 @@ func Unmarshal(b []byte) (*State, error) {
 		}
 		switch {
 		case d.err != nil:
-		case s.leases[l.id] != nil:
-			d.fail("lease %v twice", l.id)
+		case compareIDs(l.id, prevID) <= 0:
+			d.fail("lease %v out of order", l.id)
+		case l.ttl < MinTTL || l.ttl > MaxTTL || ValidOwner(l.owner) != nil:
+			d.fail("lease %v has a bad ttl or owner", l.id)
+		case slices.ContainsFunc(l.recent, func(r recent) bool { return r.kind != KindAcquire && r.kind != KindRelease }):
+			d.fail("lease %v remembers a bad request kind", l.id)
 		case l.number == 0 || l.number > s.leaseSeq:
 			d.fail("lease number %d outside 1…%d", l.number, s.leaseSeq)
 		case len(l.recent) > recentCap:
 			d.fail("lease remembers %d requests, limit %d", len(l.recent), recentCap)
 		}
+		prevID = l.id
 		s.leases[l.id] = l
 		if !l.createReq.IsZero() {
 			s.created[l.createReq] = l.id
 		}
 	}
 
+	var lastName string
 	for n := d.count(); n > 0 && d.err == nil; n-- {
 		k := &lock{}
 		k.name = d.string(MaxNameLen)
@@ -139,8 +146,12 @@ func Unmarshal(b []byte) (*State, error) {
 		if d.err != nil {
 			break
 		}
-		if s.locks[k.name] != nil {
-			d.fail("lock %q twice", k.name)
+		if len(s.locks) > 0 && k.name <= lastName || ValidName("lock name", k.name) != nil {
+			d.fail("lock %q out of order or badly named", k.name)
+		}
+		lastName = k.name
+		if k.holder.IsZero() && !k.delayed && len(k.waiters) == 0 {
+			d.fail("lock %q is idle and should not be stored", k.name)
 		}
 		if k.token > s.token {
 			d.fail("lock %q has token %d above the counter %d", k.name, k.token, s.token)
@@ -164,6 +175,7 @@ func Unmarshal(b []byte) (*State, error) {
 		s.locks[k.name] = k
 	}
 
+	var lastKey string
 	for n := d.count(); n > 0 && d.err == nil; n-- {
 		key := d.string(MaxNameLen)
 		e := &entry{}
@@ -171,9 +183,10 @@ func Unmarshal(b []byte) (*State, error) {
 			e.value = []byte(v)
 		}
 		e.token = d.uvarint()
-		if d.err == nil && (s.kv[key] != nil || e.token == 0 || e.token > s.token) {
+		if d.err == nil && (len(s.kv) > 0 && key <= lastKey || ValidName("key", key) != nil || e.token == 0 || e.token > s.token) {
 			d.fail("key %q repeated or with a bad token", key)
 		}
+		lastKey = key
 		s.kv[key] = e
 	}
 	if d.err == nil && len(d.b) != 0 {
