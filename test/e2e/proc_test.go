@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fencehq/fence/api"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// fenceBinary builds cmd/fence once per test run.
+func fenceBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fence-e2e-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fence")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/fencehq/fence/cmd/fence").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// node is a fence server running as a real OS process.
+type node struct {
+	t                   testing.TB
+	dir                 string
+	grpc, metrics, raft string
+	args                []string
+	cmd                 *exec.Cmd
+	log                 *os.File
+	conn                *grpc.ClientConn
+	cli                 api.FenceClient
+}
+
+func newNode(t testing.TB, extra ...string) *node {
+	n := &node{t: t, dir: t.TempDir(), grpc: freePort(t), metrics: freePort(t), raft: freePort(t), args: extra}
+	conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+			Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.conn, n.cli = conn, api.NewFenceClient(conn)
+	t.Cleanup(func() {
+		n.kill()
+		conn.Close()
+	})
+	return n
+}
+
+// start launches the process and waits until /readyz answers.
+func (n *node) start() {
+	n.t.Helper()
+	args := append([]string{"serve", "--data-dir", filepath.Join(n.dir, "data"), "--grpc-addr", n.grpc,
+		"--metrics-addr", n.metrics, "--raft-addr", n.raft, "--log-level", "warn"}, n.args...)
+	n.cmd = exec.Command(fenceBinary(n.t), args...)
+	var err error
+	if n.log, err = os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if ready(n.metrics) {
+			return
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("server not ready after 20s; log:\n%s", n.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ready(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(c, "GET /readyz HTTP/1.0\r\n\r\n")
+	buf := make([]byte, 64)
+	k, _ := c.Read(buf)
+	return strings.Contains(string(buf[:k]), " 200 ")
+}
+
+// kill sends SIGKILL to the process we started, by its pid, and reaps it.
+func (n *node) kill() {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(n.cmd.Process.Pid, syscall.SIGKILL)
+	_ = n.cmd.Wait()
+	n.cmd = nil
+	n.log.Close()
+}
+
+func (n *node) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, "server.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func timeout(t testing.TB, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
