@@ -23,8 +23,8 @@ func FuzzRequestValidation(f *testing.F) {
 	f.Add([]byte{0x0a, 0x01}, "\xff", []byte{1}, int64(-1), uint64(0))
 	f.Add([]byte{}, "a\x00b", []byte{}, int64(1<<62), uint64(1<<63))
 	f.Fuzz(func(t *testing.T, wire []byte, name string, lease []byte, nanos int64, token uint64) {
-		check := func(what string, build func() (error, func() error)) {
-			err, fsmErr := build()
+		check := func(what string, build func() (func() error, error)) {
+			fsmErr, err := build()
 			if err != nil {
 				if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() == "" {
 					t.Fatalf("%s refused with %v, want InvalidArgument with a message", what, err)
@@ -37,33 +37,33 @@ func FuzzRequestValidation(f *testing.F) {
 		}
 		var acq api.AcquireRequest
 		if proto.Unmarshal(wire, &acq) == nil {
-			check("wire acquire", func() (error, func() error) { c, err := l.acquire(&acq); return err, c.Validate })
+			check("wire acquire", func() (func() error, error) { c, err := l.acquire(&acq); return c.Validate, err })
 		}
 		var cl api.CreateLeaseRequest
 		if proto.Unmarshal(wire, &cl) == nil {
-			check("wire create-lease", func() (error, func() error) { c, err := l.createLease(&cl); c.Lease[0] = 1; return err, c.Validate })
+			check("wire create-lease", func() (func() error, error) { c, err := l.createLease(&cl); c.Lease[0] = 1; return c.Validate, err })
 		}
 		var put api.PutRequest
 		if proto.Unmarshal(wire, &put) == nil {
-			check("wire put", func() (error, func() error) { c, err := l.put(&put); return err, c.Validate })
+			check("wire put", func() (func() error, error) { c, err := l.put(&put); return c.Validate, err })
 		}
 		d := &durationpb.Duration{Seconds: nanos / 1e9, Nanos: int32(nanos % 1e9)}
-		check("acquire", func() (error, func() error) {
+		check("acquire", func() (func() error, error) {
 			c, err := l.acquire(&api.AcquireRequest{LeaseId: lease, Name: name, LockDelay: d})
-			return err, c.Validate
+			return c.Validate, err
 		})
-		check("create-lease", func() (error, func() error) {
+		check("create-lease", func() (func() error, error) {
 			c, err := l.createLease(&api.CreateLeaseRequest{RequestId: lease, Ttl: d, Owner: name})
 			c.Lease[0] = 1 // the server fills in a random id
-			return err, c.Validate
+			return c.Validate, err
 		})
-		check("put", func() (error, func() error) {
+		check("put", func() (func() error, error) {
 			c, err := l.put(&api.PutRequest{RequestId: lease, Key: name, Value: wire, Token: token})
-			return err, c.Validate
+			return c.Validate, err
 		})
-		check("release", func() (error, func() error) {
+		check("release", func() (func() error, error) {
 			c, err := l.release(&api.ReleaseRequest{LeaseId: lease, Name: name})
-			return err, c.Validate
+			return c.Validate, err
 		})
 	})
 }

@@ -167,7 +167,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		case <-ctx.Done():
 			return v.giveUp(cmd)
 		}
-		if resp, err, done := v.waitOutcome(cmd); done {
+		if resp, done, err := v.waitOutcome(cmd); done {
 			return resp, err
 		}
 	}
@@ -175,18 +175,18 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 
 // waitOutcome looks at the state after a wake-up: granted, lease gone, or
 // still queued (done=false).
-func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, err error, done bool) {
+func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done bool, err error) {
 	v.s.replica.read(func(s *fsm.State) {
 		l, alive := s.Lease(cmd.Lease)
 		if !alive {
-			err, done = refusal(&cmd, &fsm.Result{Code: fsm.LeaseNotFound}), true
+			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.LeaseNotFound})
 			return
 		}
 		if k, ok := s.Lock(cmd.Name); ok && k.Holder == cmd.Lease {
 			resp, done = &api.AcquireResponse{Name: cmd.Name, Token: k.Token, LeaseNumber: l.Number}, true
 		}
 	})
-	return resp, err, done
+	return resp, done, err
 }
 
 // giveUp leaves the queue after the caller's deadline. If the grant won the
