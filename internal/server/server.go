@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,7 +93,7 @@ func (s *Server) open() error {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.LevelFromString(cfg.RaftLogLevel), Output: os.Stderr})
+	hl := raftLogger(s.log, cfg.RaftLogLevel)
 	var err error
 	if s.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")}); err != nil {
 		return fmt.Errorf("open raft log %s: %w (is another fence using this data dir?)", filepath.Join(cfg.DataDir, "raft.db"), err)

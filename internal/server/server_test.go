@@ -23,12 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// raft's transport and the gRPC client keep a few background goroutines
-		// that end shortly after Close.
-		goleak.IgnoreTopFunction("github.com/hashicorp/raft.(*NetworkTransport).listen"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 type testNode struct {
