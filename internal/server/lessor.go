@@ -165,8 +165,8 @@ func (ls *lessor) run(ctx context.Context) {
 	}
 }
 
-// step proposes this tick's commands and waits for them, so ticks are
-// committed one at a time (takeoverSlack depends on it).
+// step proposes this tick's commands and waits for their outcome, so ticks
+// are committed one at a time (takeoverSlack depends on it).
 func (ls *lessor) step(ctx context.Context) {
 	cmds := ls.due()
 	if len(cmds) == 0 {
@@ -177,8 +177,14 @@ func (ls *lessor) step(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(ctx, 10*ls.tick+time.Second)
-			defer cancel()
+			if c.Kind != fsm.KindTick {
+				// A tick waits for raft's verdict (commit or lost leadership),
+				// never for a timer: a tick whose outcome is unknown could commit
+				// after the next one, and takeoverSlack counts on one at a time.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 10*ls.tick+time.Second)
+				defer cancel()
+			}
 			res, err := ls.propose(ctx, c)
 			switch {
 			case err != nil:
