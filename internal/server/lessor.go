@@ -177,15 +177,16 @@ func (ls *lessor) step(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			pctx := ctx
 			if c.Kind != fsm.KindTick {
 				// A tick waits for raft's verdict (commit or lost leadership),
 				// never for a timer: a tick whose outcome is unknown could commit
 				// after the next one, and takeoverSlack counts on one at a time.
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, 10*ls.tick+time.Second)
+				pctx, cancel = context.WithTimeout(ctx, 10*ls.tick+time.Second)
 				defer cancel()
 			}
-			res, err := ls.propose(ctx, c)
+			res, err := ls.propose(pctx, c)
 			switch {
 			case err != nil:
 				ls.log.Warn("leader duty not committed; will retry", "cmd", c.Kind.String(), "err", err)
