@@ -165,7 +165,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return v.giveUp(cmd)
+			return v.giveUp(ctx, cmd)
 		}
 		if resp, done, err := v.waitOutcome(cmd); done {
 			return resp, err
@@ -191,11 +191,14 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 
 // giveUp leaves the queue after the caller's deadline. If the grant won the
 // race, the lease holds the lock: a retry with the same request id returns it.
-func (v *service) giveUp(cmd fsm.Command) (*api.AcquireResponse, error) {
+func (v *service) giveUp(callCtx context.Context, cmd fsm.Command) (*api.AcquireResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Name: cmd.Name})
-	return nil, status.Errorf(codes.DeadlineExceeded, "gave up waiting for lock %q at the call's deadline", cmd.Name)
+	if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		return nil, status.Errorf(codes.DeadlineExceeded, "gave up waiting for lock %q at the call's deadline", cmd.Name)
+	}
+	return nil, status.Errorf(codes.Canceled, "stopped waiting for lock %q: the call was cancelled", cmd.Name)
 }
 
 func (v *service) Release(ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {
