@@ -1,0 +1,369 @@
+package client_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/server"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("FENCE_CLIENT_HELPER") != "" {
+		os.Exit(holderProcess())
+	}
+	os.Exit(m.Run())
+}
+
+// testServer is a real single-node server in a temp dir on loopback.
+type testServer struct {
+	t    testing.TB
+	cfg  server.Config
+	srv  *server.Server
+	addr string
+}
+
+func startServer(t testing.TB) *testServer {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.MinTTL, cfg.TickInterval, cfg.DefaultLockDelay = 200*time.Millisecond, 20*time.Millisecond, 0
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.RaftLogLevel = "off"
+	ts := &testServer{t: t, cfg: cfg}
+	ts.start()
+	// Pin the ports the first start picked, so a restart comes back at the same address.
+	ts.cfg.GRPCAddr, ts.addr = ts.srv.GRPCAddr(), ts.srv.GRPCAddr()
+	t.Cleanup(ts.stop)
+	return ts
+}
+
+func (ts *testServer) start() {
+	ts.t.Helper()
+	ts.cfg.Registerer = prometheus.NewRegistry()
+	srv, err := server.New(ts.cfg)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.WaitReady(ctx); err != nil {
+		ts.t.Fatal(err)
+	}
+	ts.srv = srv
+}
+
+func (ts *testServer) stop() {
+	if ts.srv != nil {
+		ts.srv.Close()
+		ts.srv = nil
+	}
+}
+
+func dial(t testing.TB, addr string, opts ...client.Option) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, []string{addr}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestLockTryLockRelease(t *testing.T) {
+	ts := startServer(t)
+	a := dial(t, ts.addr, client.WithOwner("alice"))
+	b := dial(t, ts.addr, client.WithOwner("bob"))
+
+	la, err := a.Lock(ctxT(t, 5*time.Second), "jobs/nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Token() == 0 || la.Name() != "jobs/nightly" || la.Err() != nil {
+		t.Fatalf("lease: token %d name %q err %v", la.Token(), la.Name(), la.Err())
+	}
+	_, err = b.TryLock(ctxT(t, 5*time.Second), "jobs/nightly")
+	var locked *client.LockedError
+	if !errors.Is(err, client.ErrLocked) || !errors.As(err, &locked) || locked.HolderOwner != "alice" || locked.Token != la.Token() {
+		t.Fatalf("TryLock on a held lock: %v", err)
+	}
+	if err := la.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-la.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	if !errors.Is(la.Err(), client.ErrReleased) {
+		t.Fatalf("Err after release: %v", la.Err())
+	}
+	lb, err := b.TryLock(ctxT(t, 5*time.Second), "jobs/nightly")
+	if err != nil || lb.Token() <= la.Token() {
+		t.Fatalf("TryLock after release: %v, token %d after %d", err, lb.Token(), la.Token())
+	}
+}
+
+func TestLockWaitsInOrderAndSameClientTakesTurns(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr)
+	first, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second goroutine of the same client waits locally instead of sharing.
+	got := make(chan *client.Lease)
+	go func() {
+		l, err := c.Lock(ctxT(t, 10*time.Second), "x")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	select {
+	case l := <-got:
+		t.Fatalf("second Lock of the same client shared the lock: token %d", l.Token())
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := first.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if second := <-got; second == nil || second.Token() <= first.Token() {
+		t.Fatalf("second grant: %v", second)
+	}
+}
+
+func TestRenewalKeepsLeasePastTTL(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr, client.WithTTL(300*time.Millisecond))
+	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.Deadline()
+	time.Sleep(time.Second) // more than three TTLs: only renewals can keep it
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost while renewing: %v", err)
+	}
+	if !l.Deadline().After(before) {
+		t.Fatal("deadline did not move with renewals")
+	}
+}
+
+func TestLostContactEndsLeaseAtDeadline(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr, client.WithTTL(600*time.Millisecond))
+	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := l.Deadline()
+	ts.stop()
+	sawJeopardy := false
+	for l.Err() == nil {
+		sawJeopardy = sawJeopardy || l.Jeopardy() != nil
+		time.Sleep(5 * time.Millisecond)
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), client.ErrExpired) || !errors.Is(l.Err(), client.ErrLostContact) {
+		t.Fatalf("Err: %v", l.Err())
+	}
+	if !sawJeopardy {
+		t.Error("no jeopardy before the deadline")
+	}
+	if now := time.Now(); now.Before(l.Deadline()) || l.Deadline().Before(deadline) {
+		t.Fatalf("ended before its deadline: now %v deadline %v", now, l.Deadline())
+	}
+	select {
+	case <-l.Context().Done():
+	default:
+		t.Fatal("Context not done")
+	}
+}
+
+// TestDroppedReplyYieldsOneGrant drops the reply of the first Acquire after
+// the server granted it; the client's retry with the same request id must
+// get that grant back, not a second one.
+func TestDroppedReplyYieldsOneGrant(t *testing.T) {
+	ts := startServer(t)
+	var (
+		mu      sync.Mutex
+		dropped *api.AcquireResponse
+	)
+	drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		mu.Lock()
+		defer mu.Unlock()
+		if method == api.Fence_Acquire_FullMethodName && err == nil && dropped == nil {
+			dropped = reply.(*api.AcquireResponse)
+			return status.Error(codes.Unavailable, "injected: reply lost")
+		}
+		return err
+	}
+	c := dial(t, ts.addr, client.WithDialOptions(grpc.WithUnaryInterceptor(drop)))
+	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped == nil || l.Token() != dropped.Token {
+		t.Fatalf("got token %d; the dropped reply had %v", l.Token(), dropped)
+	}
+	// Exactly one grant happened: the next token is the dropped one + 1.
+	other := dial(t, ts.addr)
+	l2, err := other.TryLock(ctxT(t, 5*time.Second), "y")
+	if err != nil || l2.Token() != l.Token()+1 {
+		t.Fatalf("next grant token %d, want %d (err %v)", l2.Token(), l.Token()+1, err)
+	}
+}
+
+// TestWaitingLockSurvivesServerRestart: the server is stopped and restarted
+// from its data dir while a Lock waits; the client reconnects and is granted,
+// with a larger token, once the holder releases.
+func TestWaitingLockSurvivesServerRestart(t *testing.T) {
+	ts := startServer(t)
+	holder := dial(t, ts.addr, client.WithTTL(10*time.Second))
+	waiter := dial(t, ts.addr, client.WithTTL(10*time.Second))
+	held, err := holder.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *client.Lease, 1)
+	go func() {
+		l, err := waiter.Lock(ctxT(t, 30*time.Second), "x")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(100 * time.Millisecond) // let it queue (the test holds either way)
+	ts.stop()
+	ts.start()
+	if err := held.Release(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("release after restart: %v", err)
+	}
+	l := <-got
+	if l == nil || l.Token() <= held.Token() {
+		t.Fatalf("waiter after restart: %v", l)
+	}
+}
+
+func TestDoStopsOnStaleAndReleases(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr)
+	calls := 0
+	err := c.Do(ctxT(t, 5*time.Second), "x", func(ctx context.Context, token uint64) error {
+		calls++
+		return &fencing.StaleError{Resource: "totals/77", Offered: token, Highest: token + 1}
+	})
+	if !errors.Is(err, fencing.ErrStale) || calls != 1 {
+		t.Fatalf("Do: %v after %d calls", err, calls)
+	}
+	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatalf("lock not released after Do: %v", err)
+	}
+}
+
+func TestDoContextEndsWithLease(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr, client.WithTTL(400*time.Millisecond))
+	err := c.Do(ctxT(t, 10*time.Second), "x", func(ctx context.Context, token uint64) error {
+		ts.stop() // the server goes away mid-work
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do: %v", err)
+	}
+}
+
+// holderProcess runs in a child process: it takes a lock and reports, on
+// stdout, its token and then how the lease ended.
+func holderProcess() int {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, []string{os.Getenv("FENCE_ADDR")}, client.WithTTL(500*time.Millisecond), client.WithLockDelay(0))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	l, err := c.Lock(ctx, "paused")
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("token", l.Token())
+	<-l.Done() // SIGSTOP lands while we wait here
+	fmt.Printf("lost expired=%v err=%v\n", errors.Is(l.Err(), client.ErrExpired), l.Err())
+	return 0
+}
+
+// TestPausedHolderLearnsOfExpiry SIGSTOPs a real holder process past its TTL.
+// Meanwhile another client gets the lock with a larger token; after SIGCONT
+// the holder's Done is closed and Err says expired.
+func TestPausedHolderLearnsOfExpiry(t *testing.T) {
+	ts := startServer(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FENCE_CLIENT_HELPER=1", "FENCE_ADDR="+ts.addr)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
+	lines := bufio.NewScanner(out)
+	var token uint64
+	if !lines.Scan() {
+		t.Fatal("holder printed nothing")
+	}
+	if _, err := fmt.Sscanf(lines.Text(), "token %d", &token); err != nil {
+		t.Fatalf("holder: %s", lines.Text())
+	}
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	next, err := dial(t, ts.addr).Lock(ctxT(t, 10*time.Second), "paused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= token {
+		t.Fatalf("new holder token %d, paused holder had %d", next.Token(), token)
+	}
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !lines.Scan() {
+		t.Fatal("holder said nothing after SIGCONT")
+	}
+	if got := lines.Text(); !strings.HasPrefix(got, "lost expired=true") {
+		t.Fatalf("paused holder: %s", got)
+	}
+}

@@ -1,0 +1,32 @@
+package client_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestPublicPackagesStayLean keeps the public packages free of the server
+// side: a program that embeds the client or the fencing helpers must not pull
+// in raft, bbolt, prometheus, fence's internals, or package testing.
+func TestPublicPackagesStayLean(t *testing.T) {
+	forbidden := []string{"github.com/hashicorp/raft", "go.etcd.io/bbolt", "github.com/boltdb/bolt",
+		"github.com/prometheus/", "github.com/fencehq/fence/internal/", "testing"}
+	for _, pkg := range []string{"github.com/fencehq/fence/client", "github.com/fencehq/fence/fencing"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) < 5 {
+			t.Fatalf("go list %s returned too little: %q", pkg, deps)
+		}
+		for _, dep := range deps {
+			for _, bad := range forbidden {
+				if dep == bad || strings.HasPrefix(dep, bad) && (strings.HasSuffix(bad, "/") || strings.HasPrefix(dep, bad+"/")) {
+					t.Errorf("%s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,38 @@
+// Package client is the Go client of the fence lock service.
+//
+// # Basics
+//
+// There are two types. A [Client] talks to the server ([Dial]); a [Lease] is
+// one granted lock. Take a lock with [Client.Lock] (waits in FIFO order) or
+// [Client.TryLock] (fails at once with [ErrLocked]), or run a function under
+// it with [Client.Do]:
+//
+//	c, err := client.Dial(ctx, []string{"127.0.0.1:7300"})
+//	...
+//	err = c.Do(ctx, "jobs/nightly", func(ctx context.Context, token uint64) error {
+//		return writeTotals(ctx, token) // every write carries the token
+//	})
+//
+// Each Client holds one server lease (a session) per TTL, shared by all its
+// locks with that TTL and renewed every TTL/3 on one KeepAlive stream. The
+// client trusts a lease until its local deadline: the moment the last
+// successful renewal was sent, plus the TTL, minus a safety margin (TTL/10),
+// measured on this process's monotonic clock. At that deadline Done closes
+// whether or not the server answered; the server's own expiry is never earlier.
+//
+// # Caveats
+//
+//   - A Lease can end at any moment without notice (a GC pause, a VM
+//     migration, SIGSTOP, a network cut). Always pass Lease.Token() to the
+//     storage you write (package fencing) and let it refuse a stale token;
+//     no check on this side can close the gap between a check and a write.
+//   - Lease.Err and the Context's Err compare the deadline with the clock
+//     themselves, so a process that was paused learns of the expiry on its
+//     first check after it resumes — check before anything irreversible.
+//   - Jeopardy reports failing renewals before the deadline passes.
+//   - Two goroutines of one Client locking the same name take turns locally;
+//     the lock is never shared.
+//   - Calls that may have acted are retried with the same request id, so a
+//     lost reply never yields a second grant.
+//   - There is no sync.Locker: a lease is not a mutex, and every call can fail.
+package client

@@ -1,0 +1,48 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors. Match them with errors.Is; the values returned wrap them with detail.
+var (
+	// ErrLocked: TryLock found the lock held (or in lock-delay). The error is a
+	// *LockedError that says by whom.
+	ErrLocked = errors.New("fence: lock is held")
+	// ErrExpired: the lease can no longer be trusted: no renewal succeeded
+	// before the local deadline (the process was paused, or the server was
+	// slow or unreachable), or the server reported the lease ended (it expired,
+	// or an admin revoked it). Stop the work; another holder may exist.
+	ErrExpired = errors.New("fence: lease expired")
+	// ErrLostContact: a kind of ErrExpired: renewals were failing to reach the
+	// server until the deadline passed.
+	ErrLostContact = errors.New("fence: lost contact with the server before the lease deadline")
+	// ErrReleased: the holder released the lock.
+	ErrReleased = errors.New("fence: lock released")
+	// ErrClosed: the Client was closed, which revokes its leases.
+	ErrClosed = errors.New("fence: client closed")
+	// ErrIndeterminate: the call's context ended while the server might still
+	// have acted on it. For Lock, the client already tried to undo a grant it
+	// did not hear of; for other calls, retry with a new context.
+	ErrIndeterminate = errors.New("fence: outcome unknown")
+)
+
+// LockedError is returned by TryLock when the lock is taken. It matches ErrLocked.
+type LockedError struct {
+	Name        string
+	HolderLease uint64 // public lease number of the holder (0 while in lock-delay)
+	HolderOwner string
+	Token       uint64 // the holder's token (or the last holder's, while delayed)
+	Delayed     bool   // free, but in lock-delay after the last holder's lease expired
+}
+
+func (e *LockedError) Error() string {
+	if e.Delayed {
+		return fmt.Sprintf("fence: lock %q is in lock-delay after its last holder's lease expired", e.Name)
+	}
+	return fmt.Sprintf("fence: lock %q is held by lease #%d (owner %q) with token %d", e.Name, e.HolderLease, e.HolderOwner, e.Token)
+}
+
+// Is makes errors.Is(err, ErrLocked) true.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }

@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/api"
+)
+
+// Lease is a granted lock: the right to act as its only holder until Done
+// closes. It is safe for concurrent use.
+//
+// A Lease can end at any moment without the holder doing anything (a pause,
+// a network cut), so: pass Token to every write and let the storage refuse a
+// stale one (package fencing); stop when Done closes; check Err before
+// anything irreversible.
+type Lease struct {
+	s       *session
+	name    string
+	token   uint64
+	unclaim func()
+
+	mu       sync.Mutex
+	released bool
+	done     chan struct{}
+	once     sync.Once
+}
+
+func newLease(s *session, name string, token uint64, unclaim func()) *Lease {
+	l := &Lease{s: s, name: name, token: token, unclaim: unclaim, done: make(chan struct{})}
+	go func() {
+		select {
+		case <-s.ended:
+			l.finish()
+		case <-l.done:
+		}
+	}()
+	return l
+}
+
+func (l *Lease) finish() {
+	l.once.Do(func() {
+		close(l.done)
+		l.unclaim()
+	})
+}
+
+// Name returns the lock's name.
+func (l *Lease) Name() string { return l.name }
+
+// Token returns the fencing token of this grant. It is larger than the token
+// of every earlier grant of this lock.
+func (l *Lease) Token() uint64 { return l.token }
+
+// LeaseNumber returns the public number of the server lease (session) that holds the lock.
+func (l *Lease) LeaseNumber() uint64 { return l.s.number }
+
+// Done is closed when the lease can no longer be trusted (see Err for why).
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is valid, else why it ended: ErrReleased,
+// ErrClosed, or ErrExpired (possibly with ErrLostContact). It compares the
+// local deadline with the clock itself, so after a pause it reports the
+// expiry at once, before any timer has run.
+func (l *Lease) Err() error {
+	if err := l.s.endErr(); err != nil {
+		l.finish()
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return ErrReleased
+	}
+	return nil
+}
+
+// Jeopardy returns the last renewal error while renewals are failing but the
+// deadline has not passed yet, and nil otherwise. The lease is still valid;
+// consider pausing work that would be costly to abandon.
+func (l *Lease) Jeopardy() error {
+	if l.Err() != nil {
+		return nil
+	}
+	return l.s.jeopardy()
+}
+
+// Deadline returns the local time until which the lease is valid unless
+// renewed (it moves forward with each renewal).
+func (l *Lease) Deadline() time.Time {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.s.deadline
+}
+
+// Context returns a context that is cancelled the moment the lease ends.
+// Its Err checks the deadline itself, like Lease.Err.
+func (l *Lease) Context() context.Context { return l.contextFrom(context.Background()) }
+
+// Release gives the lock up; the next waiter gets it at once. It returns nil
+// if the lock was released, or the lease's error if it had already ended
+// (then the lock was lost while held: the work was only safe if fenced).
+func (l *Lease) Release(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	req := &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: l.s.id, Name: l.name}
+	err := l.s.c.retry(ctx, func(ctx context.Context) error {
+		_, err := l.s.c.api.Release(ctx, req)
+		return err
+	})
+	if code := status.Code(err); code == codes.NotFound || code == codes.FailedPrecondition {
+		l.s.end(fmt.Errorf("%w: the server no longer had lease #%d", ErrExpired, l.s.number))
+		return l.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("fence: release %q: %w", l.name, err)
+	}
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	l.finish()
+	return nil
+}
+
+// contextFrom returns a context that ends when parent ends or the lease ends.
+func (l *Lease) contextFrom(parent context.Context) context.Context {
+	c := &leaseContext{Context: parent, l: l, done: make(chan struct{})}
+	if c.Err() != nil { // already over: done from birth
+		return c
+	}
+	go func() {
+		select {
+		case <-l.done:
+		case <-parent.Done():
+		}
+		c.close()
+	}()
+	return c
+}
+
+// leaseContext is done when its parent or its lease is. Err checks the lease
+// synchronously, so a paused process sees the expiry on its first check.
+type leaseContext struct {
+	context.Context
+	l    *Lease
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *leaseContext) close()                { c.once.Do(func() { close(c.done) }) }
+func (c *leaseContext) Done() <-chan struct{} { return c.done }
+func (c *leaseContext) Err() error {
+	if c.l.Err() != nil {
+		c.close()
+		return context.Canceled
+	}
+	if err := c.Context.Err(); err != nil {
+		c.close()
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package client
+
+import (
+	"os"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// Option configures a Client (Dial) or one lock (Lock, TryLock, Do).
+type Option func(*options)
+
+type options struct {
+	ttl       time.Duration
+	margin    time.Duration // 0: ttl/10
+	lockDelay *time.Duration
+	owner     string
+	observer  Observer
+	dialOpts  []grpc.DialOption
+}
+
+func defaults() options {
+	host, _ := os.Hostname()
+	return options{ttl: 30 * time.Second, owner: host + "/" + strconv.Itoa(os.Getpid()), observer: nopObserver{}}
+}
+
+func (o *options) apply(opts []Option) {
+	for _, f := range opts {
+		f(o)
+	}
+}
+
+func (o *options) safetyMargin() time.Duration {
+	if o.margin > 0 {
+		return o.margin
+	}
+	return o.ttl / 10
+}
+
+// WithTTL sets the lease TTL (default 30s). The client renews every TTL/3; a
+// holder that cannot renew for a whole TTL loses the lock. Choose a TTL well
+// above your worst renewal hiccup, and as short as your failover budget allows:
+// after a crash the lock waits up to one TTL (plus the lock-delay).
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithSafetyMargin sets how long before the server's earliest possible expiry
+// the client stops trusting a lease (default TTL/10). It absorbs clock-rate
+// differences and the time your code needs to stop.
+func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
+
+// WithLockDelay sets the lock-delay of a grant: if this holder's lease
+// expires, the lock is not re-granted for d (default: the server's, 5s).
+func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDelay = &d } }
+
+// WithOwner sets the label others see for this client's leases (default host/pid).
+func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }
+
+// WithObserver receives the client's events for metrics (see package clientmetrics).
+func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
+
+// WithDialOptions passes options to grpc.NewClient (TLS credentials, interceptors).
+// Without any, the client connects without TLS.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// Observer receives client events, for metrics. Implementations must be
+// safe for concurrent use and must not block.
+type Observer interface {
+	// RenewalSent: a renewal was sent; ok says whether it succeeded.
+	RenewalSent(ok bool)
+	// LeaseLost: a lease ended without the holder releasing it.
+	LeaseLost(reason error)
+	// AcquireWait: how long a Lock or TryLock call waited, granted or not.
+	AcquireWait(d time.Duration, granted bool)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) RenewalSent(bool)                {}
+func (nopObserver) LeaseLost(error)                 {}
+func (nopObserver) AcquireWait(time.Duration, bool) {}

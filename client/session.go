@@ -1,0 +1,262 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
+)
+
+// session is one server lease (a session) shared by the locks a Client holds
+// with the same TTL. It renews itself every TTL/3 on one KeepAlive stream and
+// ends at its local deadline unless a renewal succeeded: deadline = the time
+// the last successful renewal was SENT + TTL − safety margin, on this
+// process's monotonic clock.
+type session struct {
+	c      *Client
+	ttl    time.Duration
+	margin time.Duration
+	id     []byte
+	number uint64
+
+	mu       sync.Mutex
+	deadline time.Time     // guarded by mu
+	failing  error         // guarded by mu; the last renewal error, nil while renewals succeed
+	err      error         // guarded by mu; why the session ended
+	ended    chan struct{} // closed when the session ends
+	timer    *time.Timer   // fires at deadline
+	stop     context.CancelFunc
+	names    map[string]chan struct{} // guarded by mu; one local holder per lock name
+}
+
+// newSession creates the server lease. Its deadline counts from before the
+// CreateLease call was sent.
+func (c *Client) newSession(ctx context.Context, ttl time.Duration) (*session, error) {
+	req := newRequestID()
+	sent := time.Now()
+	var resp *api.CreateLeaseResponse
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.api.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: req, Ttl: durationpb.New(ttl), Owner: c.opts.owner})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fence: create lease: %w", err)
+	}
+	s := &session{c: c, ttl: ttl, margin: c.opts.safetyMargin(), id: resp.LeaseId, number: resp.LeaseNumber,
+		deadline: sent.Add(ttl - c.opts.safetyMargin()), ended: make(chan struct{}), names: map[string]chan struct{}{}}
+	s.timer = time.AfterFunc(time.Until(s.deadline), s.check)
+	loop, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go s.renew(loop)
+	return s, nil
+}
+
+// check ends the session if its deadline has passed. Called by the deadline
+// timer and synchronously by Lease.Err, so a process that was paused learns
+// of the expiry on its first look, before the timer goroutine runs.
+func (s *session) check() {
+	s.mu.Lock()
+	if s.err != nil || time.Now().Before(s.deadline) {
+		s.mu.Unlock()
+		return
+	}
+	err := fmt.Errorf("%w: no renewal succeeded within the TTL (%v)", ErrExpired, s.ttl)
+	if s.failing != nil {
+		err = fmt.Errorf("%w: %w: last renewal error: %v", ErrExpired, ErrLostContact, s.failing)
+	}
+	s.mu.Unlock()
+	s.end(err)
+}
+
+// end stops the session for good and tells its leases why.
+func (s *session) end(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	s.timer.Stop()
+	s.stop()
+	close(s.ended)
+	s.mu.Unlock()
+	s.c.forget(s)
+	if !errors.Is(err, ErrClosed) {
+		s.c.opts.observer.LeaseLost(err)
+	}
+}
+
+// endErr returns why the session ended, checking the deadline first.
+func (s *session) endErr() error {
+	s.check()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// jeopardy reports a failing renewal while the deadline has not passed.
+func (s *session) jeopardy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failing
+}
+
+func (s *session) renewed(sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || !time.Now().Before(s.deadline) {
+		return // too late: the deadline passed while the renewal was in flight
+	}
+	if d := sent.Add(ttl - s.margin); d.After(s.deadline) {
+		s.deadline = d
+		s.timer.Reset(time.Until(d))
+	}
+	s.failing = nil
+}
+
+func (s *session) renewFailed(err error) {
+	s.mu.Lock()
+	s.failing = err
+	s.mu.Unlock()
+	s.c.opts.observer.RenewalSent(false)
+}
+
+// renew runs until the session ends: a renewal every TTL/3 after the last
+// success, and every retryEvery while failing.
+func (s *session) renew(ctx context.Context) {
+	interval := s.ttl / 3
+	retryEvery := min(interval, 250*time.Millisecond)
+	var (
+		rs  *renewStream
+		seq uint64
+	)
+	defer func() { rs.close() }()
+	fail := func(err error) {
+		rs.close()
+		rs = nil
+		s.renewFailed(err)
+	}
+	next := time.Now().Add(interval)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		next = time.Now().Add(retryEvery) // unless the renewal below succeeds
+		if rs == nil {
+			var err error
+			if rs, err = s.openStream(ctx); err != nil {
+				s.renewFailed(err)
+				continue
+			}
+		}
+		seq++
+		sent := time.Now()
+		if err := rs.st.Send(&api.KeepAliveRequest{LeaseId: s.id, Seq: seq}); err != nil {
+			fail(err)
+			continue
+		}
+	wait:
+		select {
+		case r := <-rs.resps:
+			if r.Seq != seq {
+				goto wait // the answer to an earlier renewal that timed out
+			}
+			s.c.opts.observer.RenewalSent(true)
+			if !r.Ok {
+				s.end(fmt.Errorf("%w: the server ended lease #%d (it expired, or an admin revoked it)", ErrExpired, s.number))
+				return
+			}
+			s.renewed(sent, r.GetTtl().AsDuration())
+			next = sent.Add(interval)
+		case err := <-rs.errs:
+			if errors.Is(err, io.EOF) {
+				err = errors.New("renewal stream closed by the server")
+			}
+			fail(err)
+		case <-time.After(interval):
+			s.renewFailed(errors.New("no answer to a renewal within TTL/3"))
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// renewStream is one KeepAlive stream and the goroutine reading its answers.
+type renewStream struct {
+	st     api.Fence_KeepAliveClient
+	resps  chan *api.KeepAliveResponse
+	errs   chan error
+	cancel context.CancelFunc
+}
+
+func (s *session) openStream(ctx context.Context) (*renewStream, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	// Fail fast while disconnected: each attempt counts as a failed renewal
+	// (jeopardy), and the loop retries soon.
+	st, err := s.c.api.KeepAlive(sctx, grpc.WaitForReady(false))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	rs := &renewStream{st: st, resps: make(chan *api.KeepAliveResponse, 4), errs: make(chan error, 1), cancel: cancel}
+	go func() {
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				rs.errs <- err
+				return
+			}
+			select {
+			case rs.resps <- r:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	return rs, nil
+}
+
+func (rs *renewStream) close() {
+	if rs != nil {
+		rs.cancel()
+	}
+}
+
+// claim makes this process the only local holder of name in this session,
+// waiting for an earlier local holder to finish. It returns the release func.
+func (s *session) claim(ctx context.Context, name string) (func(), error) {
+	for {
+		s.mu.Lock()
+		busy, taken := s.names[name]
+		if !taken {
+			mine := make(chan struct{})
+			s.names[name] = mine
+			s.mu.Unlock()
+			return func() {
+				s.mu.Lock()
+				if s.names[name] == mine {
+					delete(s.names, name)
+				}
+				s.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-s.ended:
+			return nil, s.endErr()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
