@@ -1080,6 +1080,121 @@ func (x *GetResponse) GetToken() uint64 {
 	return 0
 }
 
+type ForceReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// reason is logged by the server (who asked, and why); at most 256 bytes.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceReleaseRequest) Reset() {
+	*x = ForceReleaseRequest{}
+	mi := &file_fence_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceReleaseRequest) ProtoMessage() {}
+
+func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ForceReleaseRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ForceReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ForceReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revoked_lease is the public number of the lease that was revoked.
+	RevokedLease uint64 `protobuf:"varint,1,opt,name=revoked_lease,json=revokedLease,proto3" json:"revoked_lease,omitempty"`
+	RevokedOwner string `protobuf:"bytes,2,opt,name=revoked_owner,json=revokedOwner,proto3" json:"revoked_owner,omitempty"`
+	// released lists every lock that lease held.
+	Released      []string `protobuf:"bytes,3,rep,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceReleaseResponse) Reset() {
+	*x = ForceReleaseResponse{}
+	mi := &file_fence_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceReleaseResponse) ProtoMessage() {}
+
+func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ForceReleaseResponse) GetRevokedLease() uint64 {
+	if x != nil {
+		return x.RevokedLease
+	}
+	return 0
+}
+
+func (x *ForceReleaseResponse) GetRevokedOwner() string {
+	if x != nil {
+		return x.RevokedOwner
+	}
+	return ""
+}
+
+func (x *ForceReleaseResponse) GetReleased() []string {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
 // LockHeld is attached to ABORTED when a try-acquire finds the lock taken.
 type LockHeld struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -1095,7 +1210,7 @@ type LockHeld struct {
 
 func (x *LockHeld) Reset() {
 	*x = LockHeld{}
-	mi := &file_fence_proto_msgTypes[19]
+	mi := &file_fence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1222,7 @@ func (x *LockHeld) String() string {
 func (*LockHeld) ProtoMessage() {}
 
 func (x *LockHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[19]
+	mi := &file_fence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1235,7 @@ func (x *LockHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHeld.ProtoReflect.Descriptor instead.
 func (*LockHeld) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{19}
+	return file_fence_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LockHeld) GetName() string {
@@ -1171,7 +1286,7 @@ type StaleToken struct {
 
 func (x *StaleToken) Reset() {
 	*x = StaleToken{}
-	mi := &file_fence_proto_msgTypes[20]
+	mi := &file_fence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1298,7 @@ func (x *StaleToken) String() string {
 func (*StaleToken) ProtoMessage() {}
 
 func (x *StaleToken) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[20]
+	mi := &file_fence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1311,7 @@ func (x *StaleToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleToken.ProtoReflect.Descriptor instead.
 func (*StaleToken) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{20}
+	return file_fence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StaleToken) GetKey() string {
@@ -1295,7 +1410,14 @@ const file_fence_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"9\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\fR\x05value\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\x94\x01\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"A\n" +
+	"\x13ForceReleaseRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"|\n" +
+	"\x14ForceReleaseResponse\x12#\n" +
+	"\rrevoked_lease\x18\x01 \x01(\x04R\frevokedLease\x12#\n" +
+	"\rrevoked_owner\x18\x02 \x01(\tR\frevokedOwner\x12\x1a\n" +
+	"\breleased\x18\x03 \x03(\tR\breleased\"\x94\x01\n" +
 	"\bLockHeld\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fholder_lease\x18\x02 \x01(\x04R\vholderLease\x12!\n" +
@@ -1306,7 +1428,7 @@ const file_fence_proto_rawDesc = "" +
 	"StaleToken\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x04R\aoffered\x12\x18\n" +
-	"\ahighest\x18\x03 \x01(\x04R\ahighest2\xc8\x04\n" +
+	"\ahighest\x18\x03 \x01(\x04R\ahighest2\x97\x05\n" +
 	"\x05Fence\x12J\n" +
 	"\vCreateLease\x12\x1c.fence.v1.CreateLeaseRequest\x1a\x1d.fence.v1.CreateLeaseResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.fence.v1.KeepAliveRequest\x1a\x1b.fence.v1.KeepAliveResponse(\x010\x01\x12;\n" +
@@ -1316,7 +1438,8 @@ const file_fence_proto_rawDesc = "" +
 	"\aGetLock\x12\x18.fence.v1.GetLockRequest\x1a\x19.fence.v1.GetLockResponse\x12D\n" +
 	"\tListLocks\x12\x1a.fence.v1.ListLocksRequest\x1a\x1b.fence.v1.ListLocksResponse\x122\n" +
 	"\x03Put\x12\x14.fence.v1.PutRequest\x1a\x15.fence.v1.PutResponse\x122\n" +
-	"\x03Get\x12\x14.fence.v1.GetRequest\x1a\x15.fence.v1.GetResponseB\"Z github.com/fencehq/fence/api;apib\x06proto3"
+	"\x03Get\x12\x14.fence.v1.GetRequest\x1a\x15.fence.v1.GetResponse\x12M\n" +
+	"\fForceRelease\x12\x1d.fence.v1.ForceReleaseRequest\x1a\x1e.fence.v1.ForceReleaseResponseB\"Z github.com/fencehq/fence/api;apib\x06proto3"
 
 var (
 	file_fence_proto_rawDescOnce sync.Once
@@ -1330,40 +1453,42 @@ func file_fence_proto_rawDescGZIP() []byte {
 	return file_fence_proto_rawDescData
 }
 
-var file_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_fence_proto_goTypes = []any{
-	(*CreateLeaseRequest)(nil),  // 0: fence.v1.CreateLeaseRequest
-	(*CreateLeaseResponse)(nil), // 1: fence.v1.CreateLeaseResponse
-	(*KeepAliveRequest)(nil),    // 2: fence.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),   // 3: fence.v1.KeepAliveResponse
-	(*RevokeRequest)(nil),       // 4: fence.v1.RevokeRequest
-	(*RevokeResponse)(nil),      // 5: fence.v1.RevokeResponse
-	(*AcquireRequest)(nil),      // 6: fence.v1.AcquireRequest
-	(*AcquireResponse)(nil),     // 7: fence.v1.AcquireResponse
-	(*ReleaseRequest)(nil),      // 8: fence.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),     // 9: fence.v1.ReleaseResponse
-	(*GetLockRequest)(nil),      // 10: fence.v1.GetLockRequest
-	(*GetLockResponse)(nil),     // 11: fence.v1.GetLockResponse
-	(*ListLocksRequest)(nil),    // 12: fence.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),   // 13: fence.v1.ListLocksResponse
-	(*LockInfo)(nil),            // 14: fence.v1.LockInfo
-	(*PutRequest)(nil),          // 15: fence.v1.PutRequest
-	(*PutResponse)(nil),         // 16: fence.v1.PutResponse
-	(*GetRequest)(nil),          // 17: fence.v1.GetRequest
-	(*GetResponse)(nil),         // 18: fence.v1.GetResponse
-	(*LockHeld)(nil),            // 19: fence.v1.LockHeld
-	(*StaleToken)(nil),          // 20: fence.v1.StaleToken
-	(*durationpb.Duration)(nil), // 21: google.protobuf.Duration
+	(*CreateLeaseRequest)(nil),   // 0: fence.v1.CreateLeaseRequest
+	(*CreateLeaseResponse)(nil),  // 1: fence.v1.CreateLeaseResponse
+	(*KeepAliveRequest)(nil),     // 2: fence.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),    // 3: fence.v1.KeepAliveResponse
+	(*RevokeRequest)(nil),        // 4: fence.v1.RevokeRequest
+	(*RevokeResponse)(nil),       // 5: fence.v1.RevokeResponse
+	(*AcquireRequest)(nil),       // 6: fence.v1.AcquireRequest
+	(*AcquireResponse)(nil),      // 7: fence.v1.AcquireResponse
+	(*ReleaseRequest)(nil),       // 8: fence.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 9: fence.v1.ReleaseResponse
+	(*GetLockRequest)(nil),       // 10: fence.v1.GetLockRequest
+	(*GetLockResponse)(nil),      // 11: fence.v1.GetLockResponse
+	(*ListLocksRequest)(nil),     // 12: fence.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),    // 13: fence.v1.ListLocksResponse
+	(*LockInfo)(nil),             // 14: fence.v1.LockInfo
+	(*PutRequest)(nil),           // 15: fence.v1.PutRequest
+	(*PutResponse)(nil),          // 16: fence.v1.PutResponse
+	(*GetRequest)(nil),           // 17: fence.v1.GetRequest
+	(*GetResponse)(nil),          // 18: fence.v1.GetResponse
+	(*ForceReleaseRequest)(nil),  // 19: fence.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil), // 20: fence.v1.ForceReleaseResponse
+	(*LockHeld)(nil),             // 21: fence.v1.LockHeld
+	(*StaleToken)(nil),           // 22: fence.v1.StaleToken
+	(*durationpb.Duration)(nil),  // 23: google.protobuf.Duration
 }
 var file_fence_proto_depIdxs = []int32{
-	21, // 0: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	21, // 1: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
-	21, // 2: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	21, // 3: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	23, // 0: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 1: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
+	23, // 2: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	23, // 3: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	14, // 4: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
 	14, // 5: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
-	21, // 6: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
-	21, // 7: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	23, // 6: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
+	23, // 7: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 8: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
 	2,  // 9: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
 	4,  // 10: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
@@ -1373,17 +1498,19 @@ var file_fence_proto_depIdxs = []int32{
 	12, // 14: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
 	15, // 15: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
 	17, // 16: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
-	1,  // 17: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
-	3,  // 18: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
-	5,  // 19: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
-	7,  // 20: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
-	9,  // 21: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
-	11, // 22: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
-	13, // 23: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
-	16, // 24: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
-	18, // 25: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
+	19, // 17: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
+	1,  // 18: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
+	3,  // 19: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
+	5,  // 20: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
+	7,  // 21: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
+	9,  // 22: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
+	11, // 23: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
+	13, // 24: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
+	16, // 25: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
+	18, // 26: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
+	20, // 27: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1400,7 +1527,7 @@ func file_fence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fence_proto_rawDesc), len(file_fence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

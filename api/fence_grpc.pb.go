@@ -33,15 +33,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Fence_CreateLease_FullMethodName = "/fence.v1.Fence/CreateLease"
-	Fence_KeepAlive_FullMethodName   = "/fence.v1.Fence/KeepAlive"
-	Fence_Revoke_FullMethodName      = "/fence.v1.Fence/Revoke"
-	Fence_Acquire_FullMethodName     = "/fence.v1.Fence/Acquire"
-	Fence_Release_FullMethodName     = "/fence.v1.Fence/Release"
-	Fence_GetLock_FullMethodName     = "/fence.v1.Fence/GetLock"
-	Fence_ListLocks_FullMethodName   = "/fence.v1.Fence/ListLocks"
-	Fence_Put_FullMethodName         = "/fence.v1.Fence/Put"
-	Fence_Get_FullMethodName         = "/fence.v1.Fence/Get"
+	Fence_CreateLease_FullMethodName  = "/fence.v1.Fence/CreateLease"
+	Fence_KeepAlive_FullMethodName    = "/fence.v1.Fence/KeepAlive"
+	Fence_Revoke_FullMethodName       = "/fence.v1.Fence/Revoke"
+	Fence_Acquire_FullMethodName      = "/fence.v1.Fence/Acquire"
+	Fence_Release_FullMethodName      = "/fence.v1.Fence/Release"
+	Fence_GetLock_FullMethodName      = "/fence.v1.Fence/GetLock"
+	Fence_ListLocks_FullMethodName    = "/fence.v1.Fence/ListLocks"
+	Fence_Put_FullMethodName          = "/fence.v1.Fence/Put"
+	Fence_Get_FullMethodName          = "/fence.v1.Fence/Get"
+	Fence_ForceRelease_FullMethodName = "/fence.v1.Fence/ForceRelease"
 )
 
 // FenceClient is the client API for Fence service.
@@ -76,6 +77,10 @@ type FenceClient interface {
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
 	// Get reads a value of the fenced key-value resource and its token.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
+	// ForceRelease is for operators: it revokes the lease that holds the lock
+	// (releasing every lock of that lease, with no lock-delay). The holder
+	// learns it at its next renewal. The server logs each call with its reason.
+	ForceRelease(ctx context.Context, in *ForceReleaseRequest, opts ...grpc.CallOption) (*ForceReleaseResponse, error)
 }
 
 type fenceClient struct {
@@ -179,6 +184,16 @@ func (c *fenceClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *fenceClient) ForceRelease(ctx context.Context, in *ForceReleaseRequest, opts ...grpc.CallOption) (*ForceReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForceReleaseResponse)
+	err := c.cc.Invoke(ctx, Fence_ForceRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FenceServer is the server API for Fence service.
 // All implementations must embed UnimplementedFenceServer
 // for forward compatibility.
@@ -211,6 +226,10 @@ type FenceServer interface {
 	Put(context.Context, *PutRequest) (*PutResponse, error)
 	// Get reads a value of the fenced key-value resource and its token.
 	Get(context.Context, *GetRequest) (*GetResponse, error)
+	// ForceRelease is for operators: it revokes the lease that holds the lock
+	// (releasing every lock of that lease, with no lock-delay). The holder
+	// learns it at its next renewal. The server logs each call with its reason.
+	ForceRelease(context.Context, *ForceReleaseRequest) (*ForceReleaseResponse, error)
 	mustEmbedUnimplementedFenceServer()
 }
 
@@ -247,6 +266,9 @@ func (UnimplementedFenceServer) Put(context.Context, *PutRequest) (*PutResponse,
 }
 func (UnimplementedFenceServer) Get(context.Context, *GetRequest) (*GetResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedFenceServer) ForceRelease(context.Context, *ForceReleaseRequest) (*ForceReleaseResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ForceRelease not implemented")
 }
 func (UnimplementedFenceServer) mustEmbedUnimplementedFenceServer() {}
 func (UnimplementedFenceServer) testEmbeddedByValue()               {}
@@ -420,6 +442,24 @@ func _Fence_Get_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Fence_ForceRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForceReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FenceServer).ForceRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Fence_ForceRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FenceServer).ForceRelease(ctx, req.(*ForceReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Fence_ServiceDesc is the grpc.ServiceDesc for Fence service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -458,6 +498,10 @@ var Fence_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Get",
 			Handler:    _Fence_Get_Handler,
+		},
+		{
+			MethodName: "ForceRelease",
+			Handler:    _Fence_ForceRelease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -536,3 +536,30 @@ func TestNotReadyRefusesCalls(t *testing.T) {
 }
 
 type fsmState = fsm.State
+
+func TestForceRelease(t *testing.T) {
+	n := startNode(t, nil)
+	a, b := n.lease(time.Hour, "stuck-job"), n.lease(time.Hour, "next")
+	if _, err := n.acquire(a, "x", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.acquire(a, "y", false); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *api.AcquireResponse, 1)
+	go func() { r, _ := n.acquire(b, "x", true); got <- r }()
+	eventually(t, "queued", func() bool { return n.getLock("x").Waiters == 1 })
+	r, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{Name: "x", Reason: "ops: job hung, ticket 42"})
+	if err != nil || r.RevokedOwner != "stuck-job" || len(r.Released) != 2 {
+		t.Fatalf("force-release: %v %v", r, err)
+	}
+	if g := <-got; g == nil || g.Token != 3 {
+		t.Fatalf("waiter after force-release: %v", g)
+	}
+	if _, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{Name: "free"}); code(err) != codes.NotFound {
+		t.Fatalf("force-release of a free lock: %v", err)
+	}
+	if _, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{Name: ""}); code(err) != codes.InvalidArgument {
+		t.Fatalf("force-release without a name: %v", err)
+	}
+}

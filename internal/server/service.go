@@ -55,9 +55,7 @@ func (v *service) CreateLease(ctx context.Context, r *api.CreateLeaseRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if _, err := rand.Read(cmd.Lease[:]); err != nil {
-		return nil, status.Errorf(codes.Internal, "no randomness for a lease id: %v", err)
-	}
+	cmd.Lease = newRandom()
 	res, err := v.apply(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -281,4 +279,39 @@ func (v *service) Get(ctx context.Context, r *api.GetRequest) (*api.GetResponse,
 		return nil, status.Errorf(codes.NotFound, "key %q has never been written", r.GetKey())
 	}
 	return resp, nil
+}
+
+func (v *service) ForceRelease(ctx context.Context, r *api.ForceReleaseRequest) (*api.ForceReleaseResponse, error) {
+	if err := name("lock name", r.GetName()); err != nil {
+		return nil, err
+	}
+	if err := fsm.ValidOwner(r.GetReason()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "reason: %v", err)
+	}
+	if err := v.s.linearizableRead(ctx); err != nil {
+		return nil, err
+	}
+	var holder fsm.LockView
+	v.s.replica.read(func(s *fsm.State) { holder, _ = s.Lock(r.GetName()) })
+	if holder.Holder.IsZero() {
+		return nil, status.Errorf(codes.NotFound, "lock %q is not held; nothing to release", r.GetName())
+	}
+	res, err := v.apply(ctx, fsm.Command{Kind: fsm.KindRevoke, RequestID: fsm.RequestID(newRandom()), Lease: holder.Holder})
+	if status.Code(err) == codes.NotFound {
+		return nil, status.Errorf(codes.NotFound, "lock %q was released meanwhile; nothing to release", r.GetName())
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.s.log.Warn("admin force-release: revoked the holder's lease", "lock", r.GetName(), "lease", holder.HolderNum,
+		"owner", holder.HolderOwner, "token", holder.Token, "released", res.Released, "reason", r.GetReason())
+	return &api.ForceReleaseResponse{RevokedLease: holder.HolderNum, RevokedOwner: holder.HolderOwner, Released: res.Released}, nil
+}
+
+// newRandom returns 16 bytes from crypto/rand (which never fails on Linux;
+// if it ever did, it would crash the process rather than return weak ids).
+func newRandom() [16]byte {
+	var b [16]byte
+	rand.Read(b[:])
+	return b
 }
