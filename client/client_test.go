@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,6 +20,7 @@ import (
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/locktest"
 	"github.com/fencehq/fence/internal/server"
 )
 
@@ -43,15 +41,11 @@ type testServer struct {
 
 func startServer(t testing.TB) *testServer {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg := locktest.Config(t.TempDir())
 	cfg.MinTTL, cfg.TickInterval, cfg.DefaultLockDelay = 200*time.Millisecond, 20*time.Millisecond, 0
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.RaftLogLevel = "off"
 	ts := &testServer{t: t, cfg: cfg}
 	ts.start()
-	// Pin the ports the first start picked, so a restart comes back at the same address.
+	// Pin the port the first start picked, so a restart comes back at the same address.
 	ts.cfg.GRPCAddr, ts.addr = ts.srv.GRPCAddr(), ts.srv.GRPCAddr()
 	t.Cleanup(ts.stop)
 	return ts
@@ -59,14 +53,8 @@ func startServer(t testing.TB) *testServer {
 
 func (ts *testServer) start() {
 	ts.t.Helper()
-	ts.cfg.Registerer = prometheus.NewRegistry()
-	srv, err := server.New(ts.cfg)
+	srv, err := locktest.Run(ts.cfg)
 	if err != nil {
-		ts.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.WaitReady(ctx); err != nil {
 		ts.t.Fatal(err)
 	}
 	ts.srv = srv

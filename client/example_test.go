@@ -4,34 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/fencehq/fence/client"
-	"github.com/fencehq/fence/internal/server"
+	"github.com/fencehq/fence/internal/locktest"
 )
 
 // exampleServer starts a real single-node server in a temp dir for the
 // examples and returns its address and a stop func.
 func exampleServer() (string, func()) {
 	dir, _ := os.MkdirTemp("", "fence-example")
-	cfg := server.DefaultConfig()
-	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = dir, "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-	cfg.Registerer = prometheus.NewRegistry()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.RaftLogLevel = "off"
-	srv, err := server.New(cfg)
+	srv, err := locktest.Run(locktest.Config(dir))
 	if err != nil {
-		panic(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.WaitReady(ctx); err != nil {
 		panic(err)
 	}
 	return srv.GRPCAddr(), func() { srv.Close(); os.RemoveAll(dir) }

@@ -4,12 +4,60 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fencehq/fence/client"
 )
+
+// Exit codes of fence (besides a command's own code, passed through by fence run).
+const (
+	ExitError       = 1  // something went wrong; the message says what
+	ExitUsage       = 2  // bad flags or arguments
+	ExitNotAcquired = 75 // the lock could not be acquired (held, or --wait ran out)
+	ExitLeaseLost   = 76 // the lease was lost while the command ran; it was stopped
+)
+
+// exitError carries an exit code out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// globals are the flags every client command shares.
+type globals struct {
+	servers        string
+	connectTimeout time.Duration
+}
+
+func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.connectTimeout)
+	defer cancel()
+	var addrs []string
+	for _, a := range strings.Split(g.servers, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	c, err := client.Dial(ctx, addrs, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w\n(start one with 'fence serve', or point --server / FENCE_SERVER at it)", err)
+	}
+	return c, nil
+}
 
 // NewRoot returns the fence command tree.
 func NewRoot() *cobra.Command {
+	g := &globals{}
 	root := &cobra.Command{
 		Use:   "fence",
 		Short: "A lock service with leases and fencing tokens",
@@ -17,20 +65,49 @@ func NewRoot() *cobra.Command {
 works) and, with every grant, a fencing token that only grows, so storage can
 refuse a holder whose lease already ran out.
 
-Start a single node with 'fence serve'; it keeps its data in ./fence-data.`,
+Start a single node with 'fence serve' (data in ./fence-data). The other
+commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
+		Example: `  fence serve
+  fence run jobs/nightly --ttl 30s -- ./nightly.sh
+  fence ls`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe())
+	defServer := os.Getenv("FENCE_SERVER")
+	if defServer == "" {
+		defServer = "127.0.0.1:7300"
+	}
+	root.PersistentFlags().StringVar(&g.servers, "server", defServer, "fence server address(es), comma-separated ($FENCE_SERVER)")
+	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second, "how long to try to reach the server")
+	root.AddCommand(newServe(), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g))
 	return root
 }
 
-// Execute runs the command line and returns the process exit code.
+// Execute runs the command line of this process and returns its exit code.
 func Execute(ctx context.Context) int {
+	return Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+}
+
+// Run runs fence with args and returns the exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := NewRoot()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{ExitUsage, fmt.Errorf("%w (see 'fence %s --help')", err, c.Name())}
+	})
 	if err := root.ExecuteContext(ctx); err != nil {
-		root.PrintErrln("fence:", err)
-		return 1
+		root.PrintErrln("fence:", strings.TrimPrefix(err.Error(), "fence: "))
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		if strings.HasPrefix(err.Error(), "unknown command") || strings.Contains(err.Error(), "arg(s)") {
+			return ExitUsage
+		}
+		return ExitError
 	}
 	return 0
 }

@@ -1,0 +1,150 @@
+package client
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
+)
+
+// LockInfo describes a lock as the server sees it.
+type LockInfo struct {
+	Name        string
+	HolderLease uint64 // public lease number; 0 when free
+	HolderOwner string
+	Token       uint64        // current (or, while delayed, last) grant's token
+	TTLLeft     time.Duration // until the holder's lease expires unless renewed
+	Waiters     int
+	Delayed     bool // free but in lock-delay after its holder's lease expired
+	LockDelay   time.Duration
+}
+
+// Held reports whether someone holds the lock.
+func (i LockInfo) Held() bool { return i.HolderLease != 0 }
+
+func lockInfo(l *api.LockInfo) LockInfo {
+	return LockInfo{Name: l.GetName(), HolderLease: l.GetHolderLease(), HolderOwner: l.GetHolderOwner(), Token: l.GetToken(),
+		TTLLeft: l.GetTtlLeft().AsDuration(), Waiters: int(l.GetWaiters()), Delayed: l.GetDelayed(), LockDelay: l.GetLockDelay().AsDuration()}
+}
+
+// Status returns one lock's state (a free lock has no holder).
+func (c *Client) Status(ctx context.Context, name string) (LockInfo, error) {
+	var resp *api.GetLockResponse
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.api.GetLock(ctx, &api.GetLockRequest{Name: name})
+		return err
+	})
+	if err != nil {
+		return LockInfo{}, fmt.Errorf("fence: status of %q: %w", name, err)
+	}
+	return lockInfo(resp.GetLock()), nil
+}
+
+// List returns every lock that is held, delayed or waited for, by name.
+func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
+	var resp *api.ListLocksResponse
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.api.ListLocks(ctx, &api.ListLocksRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fence: list locks: %w", err)
+	}
+	out := make([]LockInfo, len(resp.GetLocks()))
+	for i, l := range resp.GetLocks() {
+		out[i] = lockInfo(l)
+	}
+	return out, nil
+}
+
+// ForceRelease is for operators: it revokes the lease holding name, which
+// releases every lock of that lease. Its holder learns at its next renewal
+// (its Done closes with ErrExpired). The server logs reason.
+func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked LockInfo, released []string, err error) {
+	var resp *api.ForceReleaseResponse
+	err = c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.api.ForceRelease(ctx, &api.ForceReleaseRequest{Name: name, Reason: reason})
+		return err
+	})
+	if err != nil {
+		return LockInfo{}, nil, fmt.Errorf("fence: force-release %q: %w", name, err)
+	}
+	return LockInfo{Name: name, HolderLease: resp.GetRevokedLease(), HolderOwner: resp.GetRevokedOwner()}, resp.GetReleased(), nil
+}
+
+// Detached is a lock held under a lease of its own that nobody renews: it
+// ends after TTL unless released first with UnlockDetached. It suits holders
+// that cannot stay alive to renew, such as shell scripts (fence lock /
+// fence unlock); a process that can renew should use Lock.
+type Detached struct {
+	Name        string
+	Token       uint64
+	LeaseNumber uint64
+	TTL         time.Duration
+	// Secret proves ownership (hex). Whoever has it can release the lock.
+	Secret string
+}
+
+// LockDetached takes name under a new, unrenewed lease with the given TTL,
+// waiting in the queue (until ctx ends) if wait is set.
+func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duration, wait bool, opts ...Option) (*Detached, error) {
+	o := c.opts
+	o.apply(opts)
+	req := newRequestID()
+	var lease *api.CreateLeaseResponse
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		lease, err = c.api.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: req, Ttl: durationpb.New(ttl), Owner: o.owner})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fence: create lease: %w", err)
+	}
+	acq := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId, Name: name, Wait: wait}
+	if o.lockDelay != nil {
+		acq.LockDelay = durationpb.New(*o.lockDelay)
+	}
+	var resp *api.AcquireResponse
+	err = c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.api.Acquire(ctx, acq)
+		return err
+	})
+	if err != nil {
+		revokeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.api.Revoke(revokeCtx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId})
+		if st, _ := status.FromError(err); st.Code() == codes.Aborted {
+			return nil, lockedError(name, st)
+		}
+		return nil, fmt.Errorf("fence: lock %q: %w", name, err)
+	}
+	return &Detached{Name: name, Token: resp.Token, LeaseNumber: lease.LeaseNumber, TTL: lease.GetTtl().AsDuration(),
+		Secret: hex.EncodeToString(lease.LeaseId)}, nil
+}
+
+// UnlockDetached ends the detached lease with the given secret, releasing
+// its lock. It returns an error matching ErrExpired if the lease had already
+// ended (the lock was not held to the end).
+func (c *Client) UnlockDetached(ctx context.Context, secret string) error {
+	id, err := hex.DecodeString(secret)
+	if err != nil || len(id) != 16 {
+		return fmt.Errorf("fence: %q is not a lease secret (32 hex digits, as printed by fence lock)", secret)
+	}
+	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: id}
+	err = c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.api.Revoke(ctx, req)
+		return err
+	})
+	if status.Code(err) == codes.NotFound {
+		return fmt.Errorf("%w: the lease had already ended before unlock", ErrExpired)
+	}
+	if err != nil {
+		return fmt.Errorf("fence: unlock: %w", err)
+	}
+	return nil
+}

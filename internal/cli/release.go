@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func newRelease(g *globals) *cobra.Command {
+	var (
+		force  bool
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:   "release --force NAME",
+		Short: "Admin: take a lock away from its holder",
+		Long: `Take the lock NAME away from its holder by revoking the holder's lease,
+which releases every lock that lease holds. The holder finds out at its next
+renewal and must stop ('fence run' kills its command). The server logs the
+call with --reason.
+
+A holder releases its own lock by finishing ('fence run'), 'fence unlock', or
+Lease.Release in the client library; this command is for stuck holders.`,
+		Example: `  fence release --force jobs/nightly --reason "host-7 hung, INC-2231"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !force {
+				return &exitError{ExitUsage, errors.New("release takes a lock away from its holder; pass --force to confirm (to release your own lock, use 'fence unlock')")}
+			}
+			c, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			revoked, released, err := c.ForceRelease(cmd.Context(), args[0], reason)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked lease #%d (%s); released: %s\n", revoked.HolderLease, revoked.HolderOwner, strings.Join(released, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "confirm taking the lock from its holder")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (logged by the server)")
+	return cmd
+}
