@@ -1,0 +1,69 @@
+package fencing
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Dialect is the SQL flavour of a database: placeholders and identifier quoting.
+type Dialect struct {
+	name        string
+	placeholder func(n int) string
+	quoteChar   string
+	columnQuery string // counts a column of a table: args (table, column)
+}
+
+// The supported databases.
+var (
+	// Postgres: PostgreSQL, through database/sql (pgx's stdlib driver, lib/pq) or pgx (package fencingpgx).
+	Postgres = &Dialect{name: "postgres", placeholder: func(n int) string { return "$" + strconv.Itoa(n) }, quoteChar: `"`,
+		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2`}
+	// MySQL: MySQL and MariaDB (go-sql-driver/mysql).
+	MySQL = &Dialect{name: "mysql", placeholder: func(int) string { return "?" }, quoteChar: "`",
+		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`}
+	// SQLite (modernc.org/sqlite, mattn/go-sqlite3).
+	SQLite = &Dialect{name: "sqlite", placeholder: func(int) string { return "?" }, quoteChar: `"`,
+		columnQuery: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`}
+)
+
+func (d *Dialect) String() string { return d.name }
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// quote quotes an identifier, optionally schema-qualified (a.b). Identifiers
+// come from the program, never from requests; they are still checked.
+func (d *Dialect) quote(ident string) (string, error) {
+	parts := strings.Split(ident, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("fencing: identifier %q has more than one dot", ident)
+	}
+	for i, p := range parts {
+		if !identRE.MatchString(p) {
+			return "", fmt.Errorf("fencing: identifier %q: use letters, digits and underscores", ident)
+		}
+		parts[i] = d.quoteChar + p + d.quoteChar
+	}
+	return strings.Join(parts, "."), nil
+}
+
+// query builds one SQL statement with numbered placeholders and its args.
+type query struct {
+	d    *Dialect
+	sql  strings.Builder
+	args []any
+}
+
+func (q *query) text(s ...string) *query {
+	for _, x := range s {
+		q.sql.WriteString(x)
+	}
+	return q
+}
+
+func (q *query) arg(v any) *query {
+	q.args = append(q.args, v)
+	q.sql.WriteString(q.d.placeholder(len(q.args)))
+	return q
+}

@@ -1,0 +1,416 @@
+package fencing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+)
+
+// ErrNoRow: the guarded write found no row with that key.
+var ErrNoRow = errors.New("fencing: no such row")
+
+// Mode is how a Table treats tokens. Switch it at run time with SetMode.
+type Mode int32
+
+// Modes, in rollout order: Off → Observe → Enforce. The zero value is Enforce.
+const (
+	// Enforce: a write with a stale token changes nothing and fails with ErrStale.
+	Enforce Mode = iota
+	// Observe: every write goes through; one that Enforce would refuse is
+	// counted (Observer) and logged with both tokens. Writes still record
+	// their token, so the fence column fills up before you enforce.
+	Observe
+	// Off: plain writes; the fence column is neither read nor written (it
+	// need not exist yet).
+	Off
+)
+
+var modeNames = [...]string{Enforce: "enforce", Observe: "observe", Off: "off"}
+
+func (m Mode) String() string {
+	if m >= 0 && int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("mode(%d)", int32(m))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses "off", "observe" or "enforce" (flags, config files, env).
+func (m *Mode) UnmarshalText(b []byte) error {
+	for i, n := range modeNames {
+		if string(b) == n {
+			*m = Mode(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("fencing: mode %q: use off, observe or enforce", b)
+}
+
+// Observer receives every stale write a Table sees: refused (Enforce) or let
+// through (Observe). It must be safe for concurrent use and must not block.
+// Package fencingmetrics turns it into Prometheus counters.
+type Observer interface {
+	Stale(table string, mode Mode, offered, highest Token)
+}
+
+// TableConfig describes a table whose rows carry a fence column.
+type TableConfig struct {
+	Dialect *Dialect // required: Postgres, MySQL or SQLite
+	Name    string   // the table, optionally schema-qualified ("app.totals")
+	Key     []string // the columns that identify one row
+	// FenceColumn holds the highest token that wrote the row (default "fence").
+	FenceColumn string
+	// Mode is the initial mode; the zero value is Enforce.
+	Mode     Mode
+	Observer Observer     // optional
+	Logger   *slog.Logger // for Observe mode's reports; nil means slog.Default()
+}
+
+// Table performs guarded writes on one table. Safe for concurrent use.
+type Table struct {
+	cfg   TableConfig
+	name  string   // quoted
+	key   []string // quoted
+	fence string   // quoted
+	mode  atomic.Int32
+}
+
+// NewTable checks cfg and returns a Table.
+func NewTable(cfg TableConfig) (*Table, error) {
+	if cfg.Dialect == nil {
+		return nil, errors.New("fencing: TableConfig.Dialect is required (fencing.Postgres, fencing.MySQL or fencing.SQLite)")
+	}
+	if len(cfg.Key) == 0 {
+		return nil, fmt.Errorf("fencing: table %q: name its key column(s)", cfg.Name)
+	}
+	if cfg.FenceColumn == "" {
+		cfg.FenceColumn = "fence"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	t := &Table{cfg: cfg}
+	var err error
+	if t.name, err = cfg.Dialect.quote(cfg.Name); err != nil {
+		return nil, err
+	}
+	if t.fence, err = cfg.Dialect.quote(cfg.FenceColumn); err != nil {
+		return nil, err
+	}
+	for _, k := range cfg.Key {
+		if k == cfg.FenceColumn {
+			return nil, fmt.Errorf("fencing: table %q: the fence column cannot be a key column", cfg.Name)
+		}
+		q, err := cfg.Dialect.quote(k)
+		if err != nil {
+			return nil, err
+		}
+		t.key = append(t.key, q)
+	}
+	t.mode.Store(int32(cfg.Mode))
+	return t, nil
+}
+
+// Name returns the table's name as configured.
+func (t *Table) Name() string { return t.cfg.Name }
+
+// Mode returns the current mode.
+func (t *Table) Mode() Mode { return Mode(t.mode.Load()) }
+
+// SetMode switches the mode for every later write, at once.
+func (t *Table) SetMode(m Mode) { t.mode.Store(int32(m)) }
+
+// Key holds the values of a composite key, in the order of TableConfig.Key.
+type Key []any
+
+// DB is satisfied by *sql.DB, *sql.Tx and *sql.Conn.
+type DB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Runner runs statements for the guarded writes. SQL adapts database/sql;
+// package fencingpgx adapts pgx.
+type Runner interface {
+	// Exec runs a statement and returns the number of rows it changed.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// QueryInt64 returns the one int64 column of at most one row (found=false for none).
+	QueryInt64(ctx context.Context, query string, args ...any) (v int64, found bool, err error)
+}
+
+// SQL adapts a database/sql handle (*sql.DB, *sql.Tx, *sql.Conn) to Runner.
+func SQL(db DB) Runner { return sqlRunner{db} }
+
+type sqlRunner struct{ db DB }
+
+func (r sqlRunner) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := r.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (r sqlRunner) QueryInt64(ctx context.Context, query string, args ...any) (int64, bool, error) {
+	var v int64
+	err := r.db.QueryRowContext(ctx, query, args...).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return v, err == nil, err
+}
+
+// Update writes set (column → whole new value) to the row with this key, in
+// ONE statement that also checks and records the token:
+//
+//	UPDATE t SET col = …, fence = $token WHERE key = … AND fence <= $token
+//
+// It returns nil if the row was written, an error matching ErrStale (a
+// *StaleError with both tokens) if a newer token has written the row, and one
+// matching ErrNoRow if there is no such row. Equal tokens pass, so a holder
+// may write many times. On ErrStale, stop: re-acquire and read fresh data.
+// Write whole values, never deltas (see the package doc).
+func (t *Table) Update(ctx context.Context, db DB, token Token, key any, set map[string]any) error {
+	return t.UpdateVia(ctx, sqlRunner{db}, token, key, set)
+}
+
+// UpdateVia is Update through any Runner (fencingpgx.Runner for pgx).
+func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, set map[string]any) error {
+	keys, err := t.keyValues(key)
+	if err != nil {
+		return err
+	}
+	cols, err := t.columns(set)
+	if err != nil {
+		return err
+	}
+	mode := t.Mode()
+	if mode == Off {
+		return t.plainWrite(ctx, r, keys, cols, set)
+	}
+	if token > 1<<63-1 {
+		return fmt.Errorf("fencing: token %d does not fit a BIGINT column", token)
+	}
+	q := &query{d: t.cfg.Dialect}
+	q.text("UPDATE ", t.name, " SET ")
+	for _, c := range cols {
+		q.text(c.quoted, " = ").arg(set[c.name]).text(", ")
+	}
+	q.text(t.fence, " = ").arg(int64(token))
+	t.where(q, keys)
+	q.text(" AND ", t.fence, " <= ").arg(int64(token))
+	var stored int64
+	for attempt := 0; ; attempt++ {
+		n, err := r.Exec(ctx, q.sql.String(), q.args...)
+		if err != nil {
+			return fmt.Errorf("fencing: update %s: %w", t.cfg.Name, err)
+		}
+		if n > 0 {
+			return nil
+		}
+		// Nothing changed: no row, or a newer token. The fence only grows,
+		// so reading it now tells which.
+		var found bool
+		if stored, found, err = t.storedFence(ctx, r, keys); err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
+		}
+		if Token(stored) > token {
+			break
+		}
+		if Token(stored) == token && t.cfg.Dialect == MySQL {
+			return nil // MySQL counts changed rows: this was an identical rewrite
+		}
+		if attempt == 2 {
+			return fmt.Errorf("fencing: update %s: the row with key %v kept changing under the write; retry", t.cfg.Name, keys)
+		}
+		// The row appeared between the two statements: write again.
+	}
+	stale := &StaleError{Resource: t.cfg.Name, Offered: token, Highest: Token(stored)}
+	if t.cfg.Observer != nil {
+		t.cfg.Observer.Stale(t.cfg.Name, mode, token, Token(stored))
+	}
+	if mode == Enforce {
+		return stale
+	}
+	t.cfg.Logger.Warn("fencing (observe mode): letting through a write that enforce mode would refuse",
+		"table", t.cfg.Name, "key", keys, "offered", token, "highest", stored)
+	return t.plainWrite(ctx, r, keys, cols, set)
+}
+
+// plainWrite writes without looking at the fence column.
+func (t *Table) plainWrite(ctx context.Context, r Runner, keys []any, cols []column, set map[string]any) error {
+	if len(cols) == 0 {
+		return nil
+	}
+	q := &query{d: t.cfg.Dialect}
+	q.text("UPDATE ", t.name, " SET ")
+	for i, c := range cols {
+		if i > 0 {
+			q.text(", ")
+		}
+		q.text(c.quoted, " = ").arg(set[c.name])
+	}
+	t.where(q, keys)
+	n, err := r.Exec(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return fmt.Errorf("fencing: update %s: %w", t.cfg.Name, err)
+	}
+	if n == 0 {
+		q := &query{d: t.cfg.Dialect}
+		q.text("SELECT 1 FROM ", t.name)
+		t.where(q, keys)
+		if _, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...); err != nil {
+			return err
+		} else if !found {
+			return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
+		}
+	}
+	return nil
+}
+
+func (t *Table) storedFence(ctx context.Context, r Runner, keys []any) (int64, bool, error) {
+	q := &query{d: t.cfg.Dialect}
+	q.text("SELECT ", t.fence, " FROM ", t.name)
+	t.where(q, keys)
+	v, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return 0, false, fmt.Errorf("fencing: read %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
+	}
+	return v, found, nil
+}
+
+func (t *Table) where(q *query, keys []any) {
+	for i, k := range t.key {
+		if i == 0 {
+			q.text(" WHERE ")
+		} else {
+			q.text(" AND ")
+		}
+		q.text(k, " = ").arg(keys[i])
+	}
+}
+
+func (t *Table) keyValues(key any) ([]any, error) {
+	keys, ok := key.(Key)
+	if !ok {
+		keys = Key{key}
+	}
+	if len(keys) != len(t.key) {
+		return nil, fmt.Errorf("fencing: table %s has %d key column(s), got %d value(s)", t.cfg.Name, len(t.key), len(keys))
+	}
+	return keys, nil
+}
+
+type column struct{ name, quoted string }
+
+// columns checks and orders set's columns (sorted, so statements are stable).
+func (t *Table) columns(set map[string]any) ([]column, error) {
+	var cols []column
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		if name == t.cfg.FenceColumn || slices.Contains(t.cfg.Key, name) {
+			return nil, fmt.Errorf("fencing: do not set %q yourself: the key selects the row and the token sets the fence", name)
+		}
+		q, err := t.cfg.Dialect.quote(name)
+		if err != nil {
+			return nil, err
+		}
+		cols = append(cols, column{name, q})
+	}
+	return cols, nil
+}
+
+// TxBeginner is satisfied by *sql.DB and *sql.Conn.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// InTx checks the token against the row with this key and records it, then
+// runs fn in the same transaction, for writes that touch more than one row.
+// The check locks the fence row until the transaction ends, so holders of
+// this row are serialised: a newer holder waits, an older one gets ErrStale.
+// InTx commits if fn returns nil and rolls back if it returns an error or
+// panics; fn must not commit or roll back itself.
+func (t *Table) InTx(ctx context.Context, db TxBeginner, token Token, key any, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("fencing: begin: %w", err)
+	}
+	return RunTx(tx.Commit, tx.Rollback, func() error {
+		if err := t.Claim(ctx, tx, token, key); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// Claim records token on the row (fence = token) if no newer token has
+// written it, without writing anything else: Update with nothing to set.
+// Inside a transaction it holds the row until the transaction ends.
+func (t *Table) Claim(ctx context.Context, db DB, token Token, key any) error {
+	return t.UpdateVia(ctx, sqlRunner{db}, token, key, nil)
+}
+
+// RunTx runs body, then commit if it returned nil, else rollback (also on
+// panic, which it re-raises). Adapters (fencingpgx) use it for their InTx.
+func RunTx(commit, rollback func() error, body func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rollback()
+			panic(p)
+		}
+	}()
+	if err := body(); err != nil {
+		if rerr := rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+			return errors.Join(err, fmt.Errorf("fencing: rollback: %w", rerr))
+		}
+		return err
+	}
+	if err := commit(); err != nil {
+		return fmt.Errorf("fencing: commit: %w", err)
+	}
+	return nil
+}
+
+// EnsureColumn adds the fence column (BIGINT NOT NULL DEFAULT 0) if the table
+// lacks it. It is idempotent and safe to run at every start.
+func (t *Table) EnsureColumn(ctx context.Context, db DB) error {
+	return t.EnsureColumnVia(ctx, sqlRunner{db})
+}
+
+// EnsureColumnVia is EnsureColumn through any Runner.
+func (t *Table) EnsureColumnVia(ctx context.Context, r Runner) error {
+	tableName := t.cfg.Name
+	if i := strings.LastIndexByte(tableName, '.'); i >= 0 {
+		tableName = tableName[i+1:]
+	}
+	has := func() (bool, error) {
+		n, _, err := r.QueryInt64(ctx, t.cfg.Dialect.columnQuery, tableName, t.cfg.FenceColumn)
+		return n > 0, err
+	}
+	ok, err := has()
+	if err != nil {
+		return fmt.Errorf("fencing: look for %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
+	}
+	if ok {
+		return nil
+	}
+	_, err = r.Exec(ctx, "ALTER TABLE "+t.name+" ADD COLUMN "+t.fence+" BIGINT NOT NULL DEFAULT 0")
+	if err != nil {
+		if ok, herr := has(); herr == nil && ok { // someone else added it meanwhile
+			return nil
+		}
+		return fmt.Errorf("fencing: add %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
+	}
+	return nil
+}

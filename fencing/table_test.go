@@ -1,0 +1,310 @@
+package fencing_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/dbtest"
+)
+
+// setup creates a table (id, amount, note) with one row id=1 on db, adds the
+// fence column with the schema helper (twice: it is idempotent), and returns
+// a Table for it.
+func setup(t *testing.T, db dbtest.DB, suffixes ...string) (*sql.DB, *fencing.Table, string) {
+	t.Helper()
+	h := dbtest.Open(t, db)
+	name := dbtest.Table(t, h, suffixes...)
+	mustExec(t, h, fmt.Sprintf("CREATE TABLE %s (id BIGINT PRIMARY KEY, amount BIGINT NOT NULL, note VARCHAR(100))", name))
+	mustExec(t, h, fmt.Sprintf("INSERT INTO %s (id, amount, note) VALUES (1, 0, 'new')", name))
+	tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := tbl.EnsureColumn(context.Background(), h); err != nil {
+			t.Fatalf("EnsureColumn (call %d): %v", i+1, err)
+		}
+	}
+	return h, tbl, name
+}
+
+func mustExec(t *testing.T, h *sql.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := h.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func row(t *testing.T, h *sql.DB, table string, id int) (amount, fence int64) {
+	t.Helper()
+	if err := h.QueryRow(fmt.Sprintf("SELECT amount, fence FROM %s WHERE id = %d", table, id)).Scan(&amount, &fence); err != nil {
+		t.Fatal(err)
+	}
+	return amount, fence
+}
+
+func forEachDB(t *testing.T, fn func(t *testing.T, db dbtest.DB)) {
+	for _, db := range dbtest.All(t) {
+		t.Run(db.Name, func(t *testing.T) { fn(t, db) })
+	}
+}
+
+func TestGuardedUpdate(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+		h, tbl, name := setup(t, db)
+		ctx := context.Background()
+		write := func(tok fencing.Token, amount int) error {
+			return tbl.Update(ctx, h, tok, 1, map[string]any{"amount": amount, "note": fmt.Sprint("by ", tok)})
+		}
+		if err := write(5, 500); err != nil {
+			t.Fatalf("first write: %v", err)
+		}
+		if a, f := row(t, h, name, 1); a != 500 || f != 5 {
+			t.Fatalf("after token 5: amount %d fence %d", a, f)
+		}
+		// Equal token: the holder may write again, even the identical row.
+		if err := write(5, 500); err != nil {
+			t.Fatalf("identical rewrite with an equal token: %v", err)
+		}
+		if err := write(5, 510); err != nil {
+			t.Fatalf("second write with an equal token: %v", err)
+		}
+		// Stale token: refused, nothing changes, both tokens reported.
+		err := write(4, 400)
+		var se *fencing.StaleError
+		if !errors.Is(err, fencing.ErrStale) || !errors.As(err, &se) || se.Offered != 4 || se.Highest != 5 {
+			t.Fatalf("stale write: %v", err)
+		}
+		if a, f := row(t, h, name, 1); a != 510 || f != 5 {
+			t.Fatalf("a stale write changed the row: amount %d fence %d", a, f)
+		}
+		// Higher token: accepted and recorded.
+		if err := write(9, 900); err != nil {
+			t.Fatal(err)
+		}
+		if a, f := row(t, h, name, 1); a != 900 || f != 9 {
+			t.Fatalf("after token 9: amount %d fence %d", a, f)
+		}
+		// Missing row: reported as such, not as stale.
+		err = tbl.Update(ctx, h, 9, 2, map[string]any{"amount": 1})
+		if !errors.Is(err, fencing.ErrNoRow) || errors.Is(err, fencing.ErrStale) {
+			t.Fatalf("missing row: %v", err)
+		}
+		// Misuse is refused before any SQL runs.
+		if err := tbl.Update(ctx, h, 10, 1, map[string]any{"fence": 0}); err == nil {
+			t.Fatal("setting the fence column by hand was accepted")
+		}
+		if err := tbl.Update(ctx, h, 10, 1, map[string]any{"amount; DROP TABLE x": 0}); err == nil {
+			t.Fatal("a bad column name was accepted")
+		}
+		if err := tbl.Update(ctx, h, 10, fencing.Key{1, 2}, map[string]any{"amount": 0}); err == nil {
+			t.Fatal("a key of the wrong length was accepted")
+		}
+	})
+}
+
+// auditTrigger records every update of table's row into table_audit, by the
+// database itself: the fence before and after, and the amount written.
+func auditTrigger(t *testing.T, h *sql.DB, db dbtest.DB, table string) {
+	audit := table + "_audit"
+	mustExec(t, h, fmt.Sprintf("CREATE TABLE %s (old_fence BIGINT, new_fence BIGINT, amount BIGINT)", audit))
+	switch db.Name {
+	case "postgres":
+		mustExec(t, h, fmt.Sprintf(`CREATE FUNCTION %[1]s_fn() RETURNS trigger AS $$ BEGIN
+			INSERT INTO %[2]s VALUES (OLD.fence, NEW.fence, NEW.amount); RETURN NEW; END $$ LANGUAGE plpgsql`, table, audit))
+		t.Cleanup(func() { h.Exec(fmt.Sprintf("DROP FUNCTION IF EXISTS %s_fn() CASCADE", table)) })
+		mustExec(t, h, fmt.Sprintf("CREATE TRIGGER %[1]s_tr AFTER UPDATE ON %[1]s FOR EACH ROW EXECUTE FUNCTION %[1]s_fn()", table))
+	case "mysql":
+		mustExec(t, h, fmt.Sprintf("CREATE TRIGGER %[1]s_tr AFTER UPDATE ON %[1]s FOR EACH ROW INSERT INTO %[2]s VALUES (OLD.fence, NEW.fence, NEW.amount)", table, audit))
+	case "sqlite":
+		mustExec(t, h, fmt.Sprintf("CREATE TRIGGER %[1]s_tr AFTER UPDATE ON %[1]s BEGIN INSERT INTO %[2]s VALUES (OLD.fence, NEW.fence, NEW.amount); END", table, audit))
+	}
+}
+
+// TestConcurrentWriters: 16 goroutines write one row with a mix of tokens.
+// The database's own audit log (a trigger) must show that no write ever
+// lowered the fence, and the final row must hold the highest token's value.
+func TestConcurrentWriters(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+		h, tbl, name := setup(t, db, "audit")
+		auditTrigger(t, h, db, name)
+		ctx := context.Background()
+		const writers, perWriter = 16, 25
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			accepted int
+			stale    int
+			maxTok   fencing.Token
+		)
+		for w := 0; w < writers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < perWriter; i++ {
+					tok := fencing.Token((w*7+i*13)%60 + 1) // a spread of tokens, out of order
+					err := tbl.Update(ctx, h, tok, 1, map[string]any{"amount": int64(tok) * 10})
+					mu.Lock()
+					switch {
+					case err == nil:
+						accepted++
+					case errors.Is(err, fencing.ErrStale):
+						stale++
+					default:
+						t.Errorf("write with token %d: %v", tok, err)
+					}
+					maxTok = max(maxTok, tok)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		amount, fence := row(t, h, name, 1)
+		if fencing.Token(fence) != maxTok || amount != int64(maxTok)*10 {
+			t.Fatalf("final row: amount %d fence %d; want the highest token %d's value", amount, fence, maxTok)
+		}
+		rows, err := h.Query(fmt.Sprintf("SELECT old_fence, new_fence, amount FROM %s_audit", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		updates := 0
+		for rows.Next() {
+			var oldF, newF, amt int64
+			if err := rows.Scan(&oldF, &newF, &amt); err != nil {
+				t.Fatal(err)
+			}
+			updates++
+			if newF < oldF {
+				t.Errorf("the database recorded a write with token %d over token %d", newF, oldF)
+			}
+			if amt != newF*10 {
+				t.Errorf("the database recorded amount %d with token %d", amt, newF)
+			}
+		}
+		if updates == 0 || stale == 0 {
+			t.Fatalf("the test did not exercise both outcomes: %d updates recorded, %d stale", updates, stale)
+		}
+		t.Logf("%d writes: %d accepted, %d refused as stale; %d updates in the audit log", writers*perWriter, accepted, stale, updates)
+	})
+}
+
+type countingObserver struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (o *countingObserver) Stale(table string, mode fencing.Mode, offered, highest fencing.Token) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls = append(o.calls, fmt.Sprintf("%s %d<%d", mode, offered, highest))
+}
+
+func TestRolloutModes(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+		h := dbtest.Open(t, db)
+		name := dbtest.Table(t, h)
+		ctx := context.Background()
+		mustExec(t, h, fmt.Sprintf("CREATE TABLE %s (id BIGINT PRIMARY KEY, amount BIGINT NOT NULL)", name))
+		mustExec(t, h, fmt.Sprintf("INSERT INTO %s VALUES (1, 0)", name))
+		obs := &countingObserver{}
+		tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"}, Mode: fencing.Off, Observer: obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Step 1, off: writes work before the column exists.
+		if err := tbl.Update(ctx, h, 3, 1, map[string]any{"amount": 30}); err != nil {
+			t.Fatalf("off mode without a fence column: %v", err)
+		}
+		if err := tbl.Update(ctx, h, 3, 2, map[string]any{"amount": 30}); !errors.Is(err, fencing.ErrNoRow) {
+			t.Fatalf("off mode, missing row: %v", err)
+		}
+		// Step 2, observe: add the column, record tokens, let stale writes through but count them.
+		if err := tbl.EnsureColumn(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		tbl.SetMode(fencing.Observe)
+		if err := tbl.Update(ctx, h, 10, 1, map[string]any{"amount": 100}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tbl.Update(ctx, h, 5, 1, map[string]any{"amount": 50}); err != nil {
+			t.Fatalf("observe mode refused a stale write: %v", err)
+		}
+		if a, f := row(t, h, name, 1); a != 50 || f != 10 {
+			t.Fatalf("observe mode: amount %d fence %d; want the stale write through and the fence kept at 10", a, f)
+		}
+		// Step 3, enforce: switched at run time, refused.
+		tbl.SetMode(fencing.Enforce)
+		if err := tbl.Update(ctx, h, 5, 1, map[string]any{"amount": 55}); !errors.Is(err, fencing.ErrStale) {
+			t.Fatalf("enforce mode: %v", err)
+		}
+		if a, _ := row(t, h, name, 1); a != 50 {
+			t.Fatalf("enforce mode let a stale write change the row: %d", a)
+		}
+		if got := fmt.Sprint(obs.calls); got != "[observe 5<10 enforce 5<10]" {
+			t.Fatalf("observer saw %s", got)
+		}
+	})
+}
+
+func TestInTx(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+		h, tbl, name := setup(t, db)
+		ctx := context.Background()
+		mustExec(t, h, fmt.Sprintf("INSERT INTO %s (id, amount, note) VALUES (2, 0, 'new')", name))
+		// Several statements under one check.
+		err := tbl.InTx(ctx, h, 5, 1, func(tx *sql.Tx) error {
+			if _, err := tx.Exec(fmt.Sprintf("UPDATE %s SET amount = 100 WHERE id = 1", name)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(fmt.Sprintf("UPDATE %s SET amount = 200 WHERE id = 2", name))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, f := row(t, h, name, 1); a != 100 || f != 5 {
+			t.Fatalf("after InTx: %d %d", a, f)
+		}
+		// A stale token never runs fn.
+		ran := false
+		err = tbl.InTx(ctx, h, 4, 1, func(tx *sql.Tx) error { ran = true; return nil })
+		if !errors.Is(err, fencing.ErrStale) || ran {
+			t.Fatalf("stale InTx: %v, fn ran: %v", err, ran)
+		}
+		// fn's error rolls back everything, the token claim included.
+		boom := errors.New("boom")
+		err = tbl.InTx(ctx, h, 8, 1, func(tx *sql.Tx) error {
+			tx.Exec(fmt.Sprintf("UPDATE %s SET amount = 999 WHERE id = 2", name))
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("InTx error: %v", err)
+		}
+		if a, f := row(t, h, name, 1); a != 100 || f != 5 {
+			t.Fatalf("row 1 after rollback: %d %d", a, f)
+		}
+		if a, _ := row(t, h, name, 2); a != 200 {
+			t.Fatalf("row 2 after rollback: %d", a)
+		}
+	})
+}
+
+func TestModeText(t *testing.T) {
+	for _, m := range []fencing.Mode{fencing.Off, fencing.Observe, fencing.Enforce} {
+		b, _ := m.MarshalText()
+		var back fencing.Mode
+		if err := back.UnmarshalText(b); err != nil || back != m {
+			t.Fatalf("%v round trip: %v %v", m, back, err)
+		}
+	}
+	var m fencing.Mode
+	if err := m.UnmarshalText([]byte("on")); err == nil {
+		t.Fatal("accepted mode \"on\"")
+	}
+}
