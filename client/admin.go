@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/fencing"
 )
 
 // LockInfo describes a lock as the server sees it.
@@ -147,4 +148,42 @@ func (c *Client) UnlockDetached(ctx context.Context, secret string) error {
 		return fmt.Errorf("fence: unlock: %w", err)
 	}
 	return nil
+}
+
+// Put writes value to the server's built-in fenced key-value store if token
+// is at least the highest token key has accepted; otherwise it returns a
+// *fencing.StaleError (errors.Is(err, fencing.ErrStale)): a newer holder has
+// written, so stop. Write whole values. Retries cannot act twice in a way
+// that matters: a repeated Put with the same token and value is idempotent.
+func (c *Client) Put(ctx context.Context, key string, value []byte, token uint64) error {
+	req := &api.PutRequest{RequestId: newRequestID(), Key: key, Value: value, Token: token}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.api.Put(ctx, req)
+		return err
+	})
+	if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
+		for _, d := range st.Details() {
+			if s, ok := d.(*api.StaleToken); ok {
+				return &fencing.StaleError{Resource: key, Offered: s.Offered, Highest: s.Highest}
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fence: put %q: %w", key, err)
+	}
+	return nil
+}
+
+// Get reads key from the built-in fenced key-value store, with the highest
+// token it has accepted. A key never written gives an error with code NOT_FOUND.
+func (c *Client) Get(ctx context.Context, key string) (value []byte, token uint64, err error) {
+	var resp *api.GetResponse
+	err = c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.api.Get(ctx, &api.GetRequest{Key: key})
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("fence: get %q: %w", key, err)
+	}
+	return resp.Value, resp.Token, nil
 }

@@ -355,3 +355,29 @@ func TestPausedHolderLearnsOfExpiry(t *testing.T) {
 		t.Fatalf("paused holder: %s", got)
 	}
 }
+
+func TestFencedPutGet(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr)
+	a, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release(ctxT(t, 5*time.Second))
+	b, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctxT(t, 5*time.Second), "totals/77", []byte("B"), b.Token()); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Put(ctxT(t, 5*time.Second), "totals/77", []byte("A"), a.Token())
+	var se *fencing.StaleError
+	if !errors.As(err, &se) || se.Offered != a.Token() || se.Highest != b.Token() {
+		t.Fatalf("stale put: %v", err)
+	}
+	v, tok, err := c.Get(ctxT(t, 5*time.Second), "totals/77")
+	if err != nil || string(v) != "B" || tok != b.Token() {
+		t.Fatalf("get: %q %d %v", v, tok, err)
+	}
+}
