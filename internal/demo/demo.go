@@ -188,7 +188,7 @@ func (r *run) play(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintln(b.in, "go")
-	if f, err = b.expect("wrote"); err != nil {
+	if _, err = b.expect("wrote"); err != nil {
 		return err
 	}
 	r.say("B", "read the orders again (one more came in), wrote total = 43500")
