@@ -36,6 +36,421 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Member struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	Leader   bool                   `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	// suffrage is "voter", "nonvoter" or "staging".
+	Suffrage      string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_fence_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *Member) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *Member) GetSuffrage() string {
+	if x != nil {
+		return x.Suffrage
+	}
+	return ""
+}
+
+type MembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersRequest) Reset() {
+	*x = MembersRequest{}
+	mi := &file_fence_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersRequest) ProtoMessage() {}
+
+func (x *MembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
+func (*MembersRequest) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{1}
+}
+
+type MembersResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// answered_by is the id of the node that answered.
+	AnsweredBy    string `protobuf:"bytes,2,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersResponse) Reset() {
+	*x = MembersResponse{}
+	mi := &file_fence_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersResponse) ProtoMessage() {}
+
+func (x *MembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
+func (*MembersResponse) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MembersResponse) GetAnsweredBy() string {
+	if x != nil {
+		return x.AnsweredBy
+	}
+	return ""
+}
+
+type AddMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberRequest) Reset() {
+	*x = AddMemberRequest{}
+	mi := &file_fence_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberRequest) ProtoMessage() {}
+
+func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
+func (*AddMemberRequest) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AddMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AddMemberRequest) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+type AddMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberResponse) Reset() {
+	*x = AddMemberResponse{}
+	mi := &file_fence_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberResponse) ProtoMessage() {}
+
+func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
+func (*AddMemberResponse) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{4}
+}
+
+type RemoveMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_fence_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RemoveMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RemoveMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberResponse) Reset() {
+	*x = RemoveMemberResponse{}
+	mi := &file_fence_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberResponse) ProtoMessage() {}
+
+func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{6}
+}
+
+type TransferLeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_fence_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TransferLeaderRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type TransferLeaderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leader is the id of the new leader.
+	Leader        string `protobuf:"bytes,1,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderResponse) Reset() {
+	*x = TransferLeaderResponse{}
+	mi := &file_fence_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderResponse) ProtoMessage() {}
+
+func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TransferLeaderResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
 type CreateLeaseRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -48,7 +463,7 @@ type CreateLeaseRequest struct {
 
 func (x *CreateLeaseRequest) Reset() {
 	*x = CreateLeaseRequest{}
-	mi := &file_fence_proto_msgTypes[0]
+	mi := &file_fence_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +475,7 @@ func (x *CreateLeaseRequest) String() string {
 func (*CreateLeaseRequest) ProtoMessage() {}
 
 func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[0]
+	mi := &file_fence_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +488,7 @@ func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CreateLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{0}
+	return file_fence_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateLeaseRequest) GetRequestId() []byte {
@@ -110,7 +525,7 @@ type CreateLeaseResponse struct {
 
 func (x *CreateLeaseResponse) Reset() {
 	*x = CreateLeaseResponse{}
-	mi := &file_fence_proto_msgTypes[1]
+	mi := &file_fence_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -122,7 +537,7 @@ func (x *CreateLeaseResponse) String() string {
 func (*CreateLeaseResponse) ProtoMessage() {}
 
 func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[1]
+	mi := &file_fence_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -135,7 +550,7 @@ func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseResponse.ProtoReflect.Descriptor instead.
 func (*CreateLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{1}
+	return file_fence_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateLeaseResponse) GetLeaseId() []byte {
@@ -170,7 +585,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_fence_proto_msgTypes[2]
+	mi := &file_fence_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +597,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[2]
+	mi := &file_fence_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +610,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{2}
+	return file_fence_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeepAliveRequest) GetLeaseId() []byte {
@@ -226,7 +641,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_fence_proto_msgTypes[3]
+	mi := &file_fence_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +653,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[3]
+	mi := &file_fence_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +666,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{3}
+	return file_fence_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeepAliveResponse) GetSeq() uint64 {
@@ -285,7 +700,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_fence_proto_msgTypes[4]
+	mi := &file_fence_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +712,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[4]
+	mi := &file_fence_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +725,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{4}
+	return file_fence_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RevokeRequest) GetRequestId() []byte {
@@ -337,7 +752,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_fence_proto_msgTypes[5]
+	mi := &file_fence_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +764,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[5]
+	mi := &file_fence_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +777,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{5}
+	return file_fence_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RevokeResponse) GetReleased() []string {
@@ -387,7 +802,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fence_proto_msgTypes[6]
+	mi := &file_fence_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +814,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[6]
+	mi := &file_fence_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +827,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{6}
+	return file_fence_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireRequest) GetRequestId() []byte {
@@ -461,7 +876,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fence_proto_msgTypes[7]
+	mi := &file_fence_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +888,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[7]
+	mi := &file_fence_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +901,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{7}
+	return file_fence_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AcquireResponse) GetName() string {
@@ -521,7 +936,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fence_proto_msgTypes[8]
+	mi := &file_fence_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +948,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[8]
+	mi := &file_fence_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +961,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{8}
+	return file_fence_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseRequest) GetRequestId() []byte {
@@ -578,7 +993,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fence_proto_msgTypes[9]
+	mi := &file_fence_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +1005,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[9]
+	mi := &file_fence_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +1018,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{9}
+	return file_fence_proto_rawDescGZIP(), []int{18}
 }
 
 type GetLockRequest struct {
@@ -615,7 +1030,7 @@ type GetLockRequest struct {
 
 func (x *GetLockRequest) Reset() {
 	*x = GetLockRequest{}
-	mi := &file_fence_proto_msgTypes[10]
+	mi := &file_fence_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +1042,7 @@ func (x *GetLockRequest) String() string {
 func (*GetLockRequest) ProtoMessage() {}
 
 func (x *GetLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[10]
+	mi := &file_fence_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +1055,7 @@ func (x *GetLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockRequest.ProtoReflect.Descriptor instead.
 func (*GetLockRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{10}
+	return file_fence_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetLockRequest) GetName() string {
@@ -659,7 +1074,7 @@ type GetLockResponse struct {
 
 func (x *GetLockResponse) Reset() {
 	*x = GetLockResponse{}
-	mi := &file_fence_proto_msgTypes[11]
+	mi := &file_fence_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +1086,7 @@ func (x *GetLockResponse) String() string {
 func (*GetLockResponse) ProtoMessage() {}
 
 func (x *GetLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[11]
+	mi := &file_fence_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +1099,7 @@ func (x *GetLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockResponse.ProtoReflect.Descriptor instead.
 func (*GetLockResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{11}
+	return file_fence_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetLockResponse) GetLock() *LockInfo {
@@ -702,7 +1117,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_fence_proto_msgTypes[12]
+	mi := &file_fence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +1129,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[12]
+	mi := &file_fence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +1142,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{12}
+	return file_fence_proto_rawDescGZIP(), []int{21}
 }
 
 type ListLocksResponse struct {
@@ -739,7 +1154,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_fence_proto_msgTypes[13]
+	mi := &file_fence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +1166,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[13]
+	mi := &file_fence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +1179,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{13}
+	return file_fence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -795,7 +1210,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fence_proto_msgTypes[14]
+	mi := &file_fence_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +1222,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[14]
+	mi := &file_fence_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +1235,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{14}
+	return file_fence_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LockInfo) GetName() string {
@@ -891,7 +1306,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_fence_proto_msgTypes[15]
+	mi := &file_fence_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1318,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[15]
+	mi := &file_fence_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1331,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{15}
+	return file_fence_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PutRequest) GetRequestId() []byte {
@@ -955,7 +1370,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_fence_proto_msgTypes[16]
+	mi := &file_fence_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1382,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[16]
+	mi := &file_fence_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1395,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{16}
+	return file_fence_proto_rawDescGZIP(), []int{25}
 }
 
 type GetRequest struct {
@@ -992,7 +1407,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_fence_proto_msgTypes[17]
+	mi := &file_fence_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1419,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[17]
+	mi := &file_fence_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1432,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{17}
+	return file_fence_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -1038,7 +1453,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_fence_proto_msgTypes[18]
+	mi := &file_fence_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1465,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[18]
+	mi := &file_fence_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1478,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{18}
+	return file_fence_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -1091,7 +1506,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_fence_proto_msgTypes[19]
+	mi := &file_fence_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1518,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[19]
+	mi := &file_fence_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1531,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{19}
+	return file_fence_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForceReleaseRequest) GetName() string {
@@ -1146,7 +1561,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_fence_proto_msgTypes[20]
+	mi := &file_fence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1573,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[20]
+	mi := &file_fence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1586,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{20}
+	return file_fence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForceReleaseResponse) GetRevokedLease() uint64 {
@@ -1210,7 +1625,7 @@ type LockHeld struct {
 
 func (x *LockHeld) Reset() {
 	*x = LockHeld{}
-	mi := &file_fence_proto_msgTypes[21]
+	mi := &file_fence_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1637,7 @@ func (x *LockHeld) String() string {
 func (*LockHeld) ProtoMessage() {}
 
 func (x *LockHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[21]
+	mi := &file_fence_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1650,7 @@ func (x *LockHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHeld.ProtoReflect.Descriptor instead.
 func (*LockHeld) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{21}
+	return file_fence_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LockHeld) GetName() string {
@@ -1273,6 +1688,60 @@ func (x *LockHeld) GetDelayed() bool {
 	return false
 }
 
+// NotLeader is attached to UNAVAILABLE by a node that is not the leader
+// when it knows who is: send the call to leader_addr (a gRPC address).
+type NotLeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddr    string                 `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotLeader) Reset() {
+	*x = NotLeader{}
+	mi := &file_fence_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotLeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotLeader) ProtoMessage() {}
+
+func (x *NotLeader) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
+func (*NotLeader) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *NotLeader) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *NotLeader) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
 // StaleToken is attached to FAILED_PRECONDITION when a fenced write carries a
 // token lower than the highest the resource has accepted.
 type StaleToken struct {
@@ -1286,7 +1755,7 @@ type StaleToken struct {
 
 func (x *StaleToken) Reset() {
 	*x = StaleToken{}
-	mi := &file_fence_proto_msgTypes[22]
+	mi := &file_fence_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1767,7 @@ func (x *StaleToken) String() string {
 func (*StaleToken) ProtoMessage() {}
 
 func (x *StaleToken) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[22]
+	mi := &file_fence_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1780,7 @@ func (x *StaleToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleToken.ProtoReflect.Descriptor instead.
 func (*StaleToken) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{22}
+	return file_fence_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StaleToken) GetKey() string {
@@ -1339,7 +1808,28 @@ var File_fence_proto protoreflect.FileDescriptor
 
 const file_fence_proto_rawDesc = "" +
 	"\n" +
-	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\"v\n" +
+	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\"i\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\x12\x1a\n" +
+	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\"\x10\n" +
+	"\x0eMembersRequest\"^\n" +
+	"\x0fMembersResponse\x12*\n" +
+	"\amembers\x18\x01 \x03(\v2\x10.fence.v1.MemberR\amembers\x12\x1f\n" +
+	"\vanswered_by\x18\x02 \x01(\tR\n" +
+	"answeredBy\"?\n" +
+	"\x10AddMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\"\x13\n" +
+	"\x11AddMemberResponse\"%\n" +
+	"\x13RemoveMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
+	"\x14RemoveMemberResponse\"'\n" +
+	"\x15TransferLeaderRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"0\n" +
+	"\x16TransferLeaderResponse\x12\x16\n" +
+	"\x06leader\x18\x01 \x01(\tR\x06leader\"v\n" +
 	"\x12CreateLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12+\n" +
@@ -1423,12 +1913,16 @@ const file_fence_proto_rawDesc = "" +
 	"\fholder_lease\x18\x02 \x01(\x04R\vholderLease\x12!\n" +
 	"\fholder_owner\x18\x03 \x01(\tR\vholderOwner\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x18\n" +
-	"\adelayed\x18\x05 \x01(\bR\adelayed\"R\n" +
+	"\adelayed\x18\x05 \x01(\bR\adelayed\"I\n" +
+	"\tNotLeader\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
+	"\vleader_addr\x18\x02 \x01(\tR\n" +
+	"leaderAddr\"R\n" +
 	"\n" +
 	"StaleToken\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x04R\aoffered\x12\x18\n" +
-	"\ahighest\x18\x03 \x01(\x04R\ahighest2\x97\x05\n" +
+	"\ahighest\x18\x03 \x01(\x04R\ahighest2\xc1\a\n" +
 	"\x05Fence\x12J\n" +
 	"\vCreateLease\x12\x1c.fence.v1.CreateLeaseRequest\x1a\x1d.fence.v1.CreateLeaseResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.fence.v1.KeepAliveRequest\x1a\x1b.fence.v1.KeepAliveResponse(\x010\x01\x12;\n" +
@@ -1439,7 +1933,11 @@ const file_fence_proto_rawDesc = "" +
 	"\tListLocks\x12\x1a.fence.v1.ListLocksRequest\x1a\x1b.fence.v1.ListLocksResponse\x122\n" +
 	"\x03Put\x12\x14.fence.v1.PutRequest\x1a\x15.fence.v1.PutResponse\x122\n" +
 	"\x03Get\x12\x14.fence.v1.GetRequest\x1a\x15.fence.v1.GetResponse\x12M\n" +
-	"\fForceRelease\x12\x1d.fence.v1.ForceReleaseRequest\x1a\x1e.fence.v1.ForceReleaseResponseB\"Z github.com/fencehq/fence/api;apib\x06proto3"
+	"\fForceRelease\x12\x1d.fence.v1.ForceReleaseRequest\x1a\x1e.fence.v1.ForceReleaseResponse\x12>\n" +
+	"\aMembers\x12\x18.fence.v1.MembersRequest\x1a\x19.fence.v1.MembersResponse\x12D\n" +
+	"\tAddMember\x12\x1a.fence.v1.AddMemberRequest\x1a\x1b.fence.v1.AddMemberResponse\x12M\n" +
+	"\fRemoveMember\x12\x1d.fence.v1.RemoveMemberRequest\x1a\x1e.fence.v1.RemoveMemberResponse\x12S\n" +
+	"\x0eTransferLeader\x12\x1f.fence.v1.TransferLeaderRequest\x1a .fence.v1.TransferLeaderResponseB\"Z github.com/fencehq/fence/api;apib\x06proto3"
 
 var (
 	file_fence_proto_rawDescOnce sync.Once
@@ -1453,67 +1951,86 @@ func file_fence_proto_rawDescGZIP() []byte {
 	return file_fence_proto_rawDescData
 }
 
-var file_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_fence_proto_goTypes = []any{
-	(*CreateLeaseRequest)(nil),   // 0: fence.v1.CreateLeaseRequest
-	(*CreateLeaseResponse)(nil),  // 1: fence.v1.CreateLeaseResponse
-	(*KeepAliveRequest)(nil),     // 2: fence.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),    // 3: fence.v1.KeepAliveResponse
-	(*RevokeRequest)(nil),        // 4: fence.v1.RevokeRequest
-	(*RevokeResponse)(nil),       // 5: fence.v1.RevokeResponse
-	(*AcquireRequest)(nil),       // 6: fence.v1.AcquireRequest
-	(*AcquireResponse)(nil),      // 7: fence.v1.AcquireResponse
-	(*ReleaseRequest)(nil),       // 8: fence.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 9: fence.v1.ReleaseResponse
-	(*GetLockRequest)(nil),       // 10: fence.v1.GetLockRequest
-	(*GetLockResponse)(nil),      // 11: fence.v1.GetLockResponse
-	(*ListLocksRequest)(nil),     // 12: fence.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),    // 13: fence.v1.ListLocksResponse
-	(*LockInfo)(nil),             // 14: fence.v1.LockInfo
-	(*PutRequest)(nil),           // 15: fence.v1.PutRequest
-	(*PutResponse)(nil),          // 16: fence.v1.PutResponse
-	(*GetRequest)(nil),           // 17: fence.v1.GetRequest
-	(*GetResponse)(nil),          // 18: fence.v1.GetResponse
-	(*ForceReleaseRequest)(nil),  // 19: fence.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil), // 20: fence.v1.ForceReleaseResponse
-	(*LockHeld)(nil),             // 21: fence.v1.LockHeld
-	(*StaleToken)(nil),           // 22: fence.v1.StaleToken
-	(*durationpb.Duration)(nil),  // 23: google.protobuf.Duration
+	(*Member)(nil),                 // 0: fence.v1.Member
+	(*MembersRequest)(nil),         // 1: fence.v1.MembersRequest
+	(*MembersResponse)(nil),        // 2: fence.v1.MembersResponse
+	(*AddMemberRequest)(nil),       // 3: fence.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 4: fence.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 5: fence.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 6: fence.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 7: fence.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 8: fence.v1.TransferLeaderResponse
+	(*CreateLeaseRequest)(nil),     // 9: fence.v1.CreateLeaseRequest
+	(*CreateLeaseResponse)(nil),    // 10: fence.v1.CreateLeaseResponse
+	(*KeepAliveRequest)(nil),       // 11: fence.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 12: fence.v1.KeepAliveResponse
+	(*RevokeRequest)(nil),          // 13: fence.v1.RevokeRequest
+	(*RevokeResponse)(nil),         // 14: fence.v1.RevokeResponse
+	(*AcquireRequest)(nil),         // 15: fence.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 16: fence.v1.AcquireResponse
+	(*ReleaseRequest)(nil),         // 17: fence.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 18: fence.v1.ReleaseResponse
+	(*GetLockRequest)(nil),         // 19: fence.v1.GetLockRequest
+	(*GetLockResponse)(nil),        // 20: fence.v1.GetLockResponse
+	(*ListLocksRequest)(nil),       // 21: fence.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),      // 22: fence.v1.ListLocksResponse
+	(*LockInfo)(nil),               // 23: fence.v1.LockInfo
+	(*PutRequest)(nil),             // 24: fence.v1.PutRequest
+	(*PutResponse)(nil),            // 25: fence.v1.PutResponse
+	(*GetRequest)(nil),             // 26: fence.v1.GetRequest
+	(*GetResponse)(nil),            // 27: fence.v1.GetResponse
+	(*ForceReleaseRequest)(nil),    // 28: fence.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),   // 29: fence.v1.ForceReleaseResponse
+	(*LockHeld)(nil),               // 30: fence.v1.LockHeld
+	(*NotLeader)(nil),              // 31: fence.v1.NotLeader
+	(*StaleToken)(nil),             // 32: fence.v1.StaleToken
+	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
 }
 var file_fence_proto_depIdxs = []int32{
-	23, // 0: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 1: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
-	23, // 2: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	23, // 3: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	14, // 4: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
-	14, // 5: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
-	23, // 6: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
-	23, // 7: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	0,  // 8: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
-	2,  // 9: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
-	4,  // 10: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
-	6,  // 11: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
-	8,  // 12: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
-	10, // 13: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
-	12, // 14: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
-	15, // 15: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
-	17, // 16: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
-	19, // 17: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
-	1,  // 18: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
-	3,  // 19: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
-	5,  // 20: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
-	7,  // 21: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
-	9,  // 22: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
-	11, // 23: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
-	13, // 24: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
-	16, // 25: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
-	18, // 26: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
-	20, // 27: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	0,  // 0: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
+	33, // 1: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 2: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
+	33, // 3: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	33, // 4: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	23, // 5: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
+	23, // 6: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
+	33, // 7: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
+	33, // 8: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	9,  // 9: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
+	11, // 10: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
+	13, // 11: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
+	15, // 12: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
+	17, // 13: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
+	19, // 14: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
+	21, // 15: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
+	24, // 16: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
+	26, // 17: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
+	28, // 18: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
+	1,  // 19: fence.v1.Fence.Members:input_type -> fence.v1.MembersRequest
+	3,  // 20: fence.v1.Fence.AddMember:input_type -> fence.v1.AddMemberRequest
+	5,  // 21: fence.v1.Fence.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
+	7,  // 22: fence.v1.Fence.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
+	10, // 23: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
+	12, // 24: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
+	14, // 25: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
+	16, // 26: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
+	18, // 27: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
+	20, // 28: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
+	22, // 29: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
+	25, // 30: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
+	27, // 31: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
+	29, // 32: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
+	2,  // 33: fence.v1.Fence.Members:output_type -> fence.v1.MembersResponse
+	4,  // 34: fence.v1.Fence.AddMember:output_type -> fence.v1.AddMemberResponse
+	6,  // 35: fence.v1.Fence.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
+	8,  // 36: fence.v1.Fence.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
+	23, // [23:37] is the sub-list for method output_type
+	9,  // [9:23] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_fence_proto_init() }
@@ -1527,7 +2044,7 @@ func file_fence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fence_proto_rawDesc), len(file_fence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,16 +33,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Fence_CreateLease_FullMethodName  = "/fence.v1.Fence/CreateLease"
-	Fence_KeepAlive_FullMethodName    = "/fence.v1.Fence/KeepAlive"
-	Fence_Revoke_FullMethodName       = "/fence.v1.Fence/Revoke"
-	Fence_Acquire_FullMethodName      = "/fence.v1.Fence/Acquire"
-	Fence_Release_FullMethodName      = "/fence.v1.Fence/Release"
-	Fence_GetLock_FullMethodName      = "/fence.v1.Fence/GetLock"
-	Fence_ListLocks_FullMethodName    = "/fence.v1.Fence/ListLocks"
-	Fence_Put_FullMethodName          = "/fence.v1.Fence/Put"
-	Fence_Get_FullMethodName          = "/fence.v1.Fence/Get"
-	Fence_ForceRelease_FullMethodName = "/fence.v1.Fence/ForceRelease"
+	Fence_CreateLease_FullMethodName    = "/fence.v1.Fence/CreateLease"
+	Fence_KeepAlive_FullMethodName      = "/fence.v1.Fence/KeepAlive"
+	Fence_Revoke_FullMethodName         = "/fence.v1.Fence/Revoke"
+	Fence_Acquire_FullMethodName        = "/fence.v1.Fence/Acquire"
+	Fence_Release_FullMethodName        = "/fence.v1.Fence/Release"
+	Fence_GetLock_FullMethodName        = "/fence.v1.Fence/GetLock"
+	Fence_ListLocks_FullMethodName      = "/fence.v1.Fence/ListLocks"
+	Fence_Put_FullMethodName            = "/fence.v1.Fence/Put"
+	Fence_Get_FullMethodName            = "/fence.v1.Fence/Get"
+	Fence_ForceRelease_FullMethodName   = "/fence.v1.Fence/ForceRelease"
+	Fence_Members_FullMethodName        = "/fence.v1.Fence/Members"
+	Fence_AddMember_FullMethodName      = "/fence.v1.Fence/AddMember"
+	Fence_RemoveMember_FullMethodName   = "/fence.v1.Fence/RemoveMember"
+	Fence_TransferLeader_FullMethodName = "/fence.v1.Fence/TransferLeader"
 )
 
 // FenceClient is the client API for Fence service.
@@ -81,6 +85,17 @@ type FenceClient interface {
 	// (releasing every lock of that lease, with no lock-delay). The holder
 	// learns it at its next renewal. The server logs each call with its reason.
 	ForceRelease(ctx context.Context, in *ForceReleaseRequest, opts ...grpc.CallOption) (*ForceReleaseResponse, error)
+	// Members lists the raft group, as this node knows it, and who leads.
+	// Any node answers.
+	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
+	// AddMember adds a voter (a new node that started with --join, or by an
+	// operator). Leader only.
+	AddMember(ctx context.Context, in *AddMemberRequest, opts ...grpc.CallOption) (*AddMemberResponse, error)
+	// RemoveMember removes a member for good. Leader only.
+	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
+	// TransferLeader hands leadership to another voter (to id, or to the most
+	// up-to-date one when id is empty). Leader only.
+	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 }
 
 type fenceClient struct {
@@ -194,6 +209,46 @@ func (c *fenceClient) ForceRelease(ctx context.Context, in *ForceReleaseRequest,
 	return out, nil
 }
 
+func (c *fenceClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembersResponse)
+	err := c.cc.Invoke(ctx, Fence_Members_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fenceClient) AddMember(ctx context.Context, in *AddMemberRequest, opts ...grpc.CallOption) (*AddMemberResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddMemberResponse)
+	err := c.cc.Invoke(ctx, Fence_AddMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fenceClient) RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveMemberResponse)
+	err := c.cc.Invoke(ctx, Fence_RemoveMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fenceClient) TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeaderResponse)
+	err := c.cc.Invoke(ctx, Fence_TransferLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FenceServer is the server API for Fence service.
 // All implementations must embed UnimplementedFenceServer
 // for forward compatibility.
@@ -230,6 +285,17 @@ type FenceServer interface {
 	// (releasing every lock of that lease, with no lock-delay). The holder
 	// learns it at its next renewal. The server logs each call with its reason.
 	ForceRelease(context.Context, *ForceReleaseRequest) (*ForceReleaseResponse, error)
+	// Members lists the raft group, as this node knows it, and who leads.
+	// Any node answers.
+	Members(context.Context, *MembersRequest) (*MembersResponse, error)
+	// AddMember adds a voter (a new node that started with --join, or by an
+	// operator). Leader only.
+	AddMember(context.Context, *AddMemberRequest) (*AddMemberResponse, error)
+	// RemoveMember removes a member for good. Leader only.
+	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
+	// TransferLeader hands leadership to another voter (to id, or to the most
+	// up-to-date one when id is empty). Leader only.
+	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	mustEmbedUnimplementedFenceServer()
 }
 
@@ -269,6 +335,18 @@ func (UnimplementedFenceServer) Get(context.Context, *GetRequest) (*GetResponse,
 }
 func (UnimplementedFenceServer) ForceRelease(context.Context, *ForceReleaseRequest) (*ForceReleaseResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ForceRelease not implemented")
+}
+func (UnimplementedFenceServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Members not implemented")
+}
+func (UnimplementedFenceServer) AddMember(context.Context, *AddMemberRequest) (*AddMemberResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddMember not implemented")
+}
+func (UnimplementedFenceServer) RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveMember not implemented")
+}
+func (UnimplementedFenceServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method TransferLeader not implemented")
 }
 func (UnimplementedFenceServer) mustEmbedUnimplementedFenceServer() {}
 func (UnimplementedFenceServer) testEmbeddedByValue()               {}
@@ -460,6 +538,78 @@ func _Fence_ForceRelease_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Fence_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FenceServer).Members(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Fence_Members_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FenceServer).Members(ctx, req.(*MembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Fence_AddMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FenceServer).AddMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Fence_AddMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FenceServer).AddMember(ctx, req.(*AddMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Fence_RemoveMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FenceServer).RemoveMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Fence_RemoveMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FenceServer).RemoveMember(ctx, req.(*RemoveMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Fence_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FenceServer).TransferLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Fence_TransferLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FenceServer).TransferLeader(ctx, req.(*TransferLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Fence_ServiceDesc is the grpc.ServiceDesc for Fence service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -502,6 +652,22 @@ var Fence_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForceRelease",
 			Handler:    _Fence_ForceRelease_Handler,
+		},
+		{
+			MethodName: "Members",
+			Handler:    _Fence_Members_Handler,
+		},
+		{
+			MethodName: "AddMember",
+			Handler:    _Fence_AddMember_Handler,
+		},
+		{
+			MethodName: "RemoveMember",
+			Handler:    _Fence_RemoveMember_Handler,
+		},
+		{
+			MethodName: "TransferLeader",
+			Handler:    _Fence_TransferLeader_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

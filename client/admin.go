@@ -38,7 +38,7 @@ func lockInfo(l *api.LockInfo) LockInfo {
 func (c *Client) Status(ctx context.Context, name string) (LockInfo, error) {
 	var resp *api.GetLockResponse
 	err := c.retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = c.api.GetLock(ctx, &api.GetLockRequest{Name: name})
+		resp, err = c.leader().GetLock(ctx, &api.GetLockRequest{Name: name})
 		return err
 	})
 	if err != nil {
@@ -51,7 +51,7 @@ func (c *Client) Status(ctx context.Context, name string) (LockInfo, error) {
 func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
 	var resp *api.ListLocksResponse
 	err := c.retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = c.api.ListLocks(ctx, &api.ListLocksRequest{})
+		resp, err = c.leader().ListLocks(ctx, &api.ListLocksRequest{})
 		return err
 	})
 	if err != nil {
@@ -70,7 +70,7 @@ func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
 func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked LockInfo, released []string, err error) {
 	var resp *api.ForceReleaseResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = c.api.ForceRelease(ctx, &api.ForceReleaseRequest{Name: name, Reason: reason})
+		resp, err = c.leader().ForceRelease(ctx, &api.ForceReleaseRequest{Name: name, Reason: reason})
 		return err
 	})
 	if err != nil {
@@ -100,7 +100,7 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 	req := newRequestID()
 	var lease *api.CreateLeaseResponse
 	err := c.retry(ctx, func(ctx context.Context) (err error) {
-		lease, err = c.api.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: req, Ttl: durationpb.New(ttl), Owner: o.owner})
+		lease, err = c.leader().CreateLease(ctx, &api.CreateLeaseRequest{RequestId: req, Ttl: durationpb.New(ttl), Owner: o.owner})
 		return err
 	})
 	if err != nil {
@@ -112,13 +112,13 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 	}
 	var resp *api.AcquireResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = c.api.Acquire(ctx, acq)
+		resp, err = c.leader().Acquire(ctx, acq)
 		return err
 	})
 	if err != nil {
 		revokeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c.api.Revoke(revokeCtx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId})
+		c.leader().Revoke(revokeCtx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId})
 		if st, _ := status.FromError(err); st.Code() == codes.Aborted {
 			return nil, lockedError(name, st)
 		}
@@ -138,7 +138,7 @@ func (c *Client) UnlockDetached(ctx context.Context, secret string) error {
 	}
 	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: id}
 	err = c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.api.Revoke(ctx, req)
+		_, err := c.leader().Revoke(ctx, req)
 		return err
 	})
 	if status.Code(err) == codes.NotFound {
@@ -158,7 +158,7 @@ func (c *Client) UnlockDetached(ctx context.Context, secret string) error {
 func (c *Client) Put(ctx context.Context, key string, value []byte, token uint64) error {
 	req := &api.PutRequest{RequestId: newRequestID(), Key: key, Value: value, Token: token}
 	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.api.Put(ctx, req)
+		_, err := c.leader().Put(ctx, req)
 		return err
 	})
 	if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
@@ -179,11 +179,70 @@ func (c *Client) Put(ctx context.Context, key string, value []byte, token uint64
 func (c *Client) Get(ctx context.Context, key string) (value []byte, token uint64, err error) {
 	var resp *api.GetResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = c.api.Get(ctx, &api.GetRequest{Key: key})
+		resp, err = c.leader().Get(ctx, &api.GetRequest{Key: key})
 		return err
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("fence: get %q: %w", key, err)
 	}
 	return resp.Value, resp.Token, nil
+}
+
+// Member is one node of the raft group.
+type Member struct {
+	ID       string
+	RaftAddr string
+	Leader   bool
+	Suffrage string // voter, nonvoter, staging
+}
+
+// Members lists the raft group as the member answering sees it, and names that member.
+func (c *Client) Members(ctx context.Context) (members []Member, answeredBy string, err error) {
+	var resp *api.MembersResponse
+	err = c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.leader().Members(ctx, &api.MembersRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("fence: members: %w", err)
+	}
+	for _, m := range resp.Members {
+		members = append(members, Member{ID: m.Id, RaftAddr: m.RaftAddr, Leader: m.Leader, Suffrage: m.Suffrage})
+	}
+	return members, resp.AnsweredBy, nil
+}
+
+// AddMember adds a voter with the given id and raft address.
+func (c *Client) AddMember(ctx context.Context, id, raftAddr string) error {
+	return c.admin(ctx, "add member", func(ctx context.Context) error {
+		_, err := c.leader().AddMember(ctx, &api.AddMemberRequest{Id: id, RaftAddr: raftAddr})
+		return err
+	})
+}
+
+// RemoveMember removes the member with the given id.
+func (c *Client) RemoveMember(ctx context.Context, id string) error {
+	return c.admin(ctx, "remove member", func(ctx context.Context) error {
+		_, err := c.leader().RemoveMember(ctx, &api.RemoveMemberRequest{Id: id})
+		return err
+	})
+}
+
+// TransferLeader hands leadership to the member id (any up-to-date voter
+// when id is empty) and returns the new leader's id.
+func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) {
+	var leader string
+	err := c.admin(ctx, "transfer leadership", func(ctx context.Context) error {
+		resp, err := c.leader().TransferLeader(ctx, &api.TransferLeaderRequest{Id: id})
+		leader = resp.GetLeader()
+		return err
+	})
+	return leader, err
+}
+
+func (c *Client) admin(ctx context.Context, what string, call func(context.Context) error) error {
+	if err := c.retry(ctx, call); err != nil {
+		return fmt.Errorf("fence: %s: %w", what, err)
+	}
+	return nil
 }

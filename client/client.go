@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,8 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -23,12 +22,14 @@ import (
 	"github.com/fencehq/fence/fencing"
 )
 
-// Client talks to a fence server. It is safe for concurrent use. It holds one
-// lease (session) per TTL in use, renewed in the background; Close revokes them.
+// Client talks to a fence server or cluster. It is safe for concurrent use.
+// It holds one lease (session) per TTL in use, renewed in the background;
+// Close revokes them.
 type Client struct {
-	conn *grpc.ClientConn
-	api  api.FenceClient
-	opts options
+	ms    atomic.Pointer[[]*member] // copy-on-write; grows when a follower names an unknown leader
+	addMu sync.Mutex                // serialises growing ms
+	cur   atomic.Int32              // index into ms of the member believed to lead
+	opts  options
 
 	mu       sync.Mutex
 	sessions map[time.Duration]*session // guarded by mu; live sessions by TTL
@@ -36,9 +37,12 @@ type Client struct {
 	closed   bool
 }
 
-// Dial connects to the fence server at one of targets (host:port). It waits
-// until a connection is up or ctx ends. Later, the connection is re-made with
-// backoff whenever it breaks; calls wait for it within their context.
+// Dial connects to a fence server, or to the members of a cluster (one
+// host:port per member; any subset will do while one of them leads). It waits
+// until one member is reachable or ctx ends. Calls go to the member believed
+// to lead; a member that is not the leader or cannot be reached sends the
+// call to the next one, transparently. Broken connections are re-made with
+// backoff.
 func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error) {
 	o := defaults()
 	o.apply(opts)
@@ -48,32 +52,103 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 	if o.ttl <= 0 {
 		return nil, fmt.Errorf("fence: TTL %v must be positive", o.ttl)
 	}
-	r := manual.NewBuilderWithScheme("fence")
-	addrs := make([]resolver.Address, len(targets))
-	for i, t := range targets {
-		addrs[i] = resolver.Address{Addr: t}
+	c := &Client{opts: o, sessions: map[time.Duration]*session{}, creating: map[time.Duration]chan struct{}{}}
+	var ms []*member
+	for _, t := range targets {
+		m, err := c.connect(t)
+		if err != nil {
+			closeMembers(ms)
+			return nil, err
+		}
+		ms = append(ms, m)
 	}
-	r.InitialState(resolver.State{Addresses: addrs})
-	dial := append([]grpc.DialOption{
-		grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
-		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
-			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
-	}, o.dialOpts...)
-	conn, err := grpc.NewClient(r.Scheme()+":///fence", dial...)
-	if err != nil {
-		return nil, fmt.Errorf("fence: %w", err)
-	}
-	conn.Connect()
-	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
-		if !conn.WaitForStateChange(ctx, s) {
-			conn.Close()
+	c.ms.Store(&ms)
+	for {
+		for i, m := range ms {
+			if m.conn.GetState() == connectivity.Ready {
+				c.cur.Store(int32(i))
+				return c, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			closeMembers(ms)
 			return nil, fmt.Errorf("fence: cannot reach a server at %s: %w (is 'fence serve' running there?)", strings.Join(targets, ", "), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return &Client{conn: conn, api: api.NewFenceClient(conn), opts: o,
-		sessions: map[time.Duration]*session{}, creating: map[time.Duration]chan struct{}{}}, nil
+}
+
+// member is one server the client can call.
+type member struct {
+	addr string
+	conn *grpc.ClientConn
+	api  api.FenceClient
+}
+
+func (c *Client) connect(addr string) (*member, error) {
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
+	}, c.opts.dialOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("fence: %s: %w", addr, err)
+	}
+	conn.Connect()
+	return &member{addr: addr, conn: conn, api: api.NewFenceClient(conn)}, nil
+}
+
+func closeMembers(ms []*member) error {
+	var errs []error
+	for _, m := range ms {
+		errs = append(errs, m.conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) members() []*member { return *c.ms.Load() }
+
+// leader returns the member calls go to now.
+func (c *Client) leader() api.FenceClient { return c.memberAt(c.cur.Load()).api }
+
+func (c *Client) memberAt(idx int32) *member {
+	ms := c.members()
+	return ms[int(idx)%len(ms)]
+}
+
+// moveOn sends later calls away from member idx after err (UNAVAILABLE): to
+// the leader a follower named, or else to the next member. If another call
+// moved them already, it does nothing.
+func (c *Client) moveOn(idx int32, err error) {
+	for _, d := range status.Convert(err).Details() {
+		if nl, ok := d.(*api.NotLeader); ok && nl.LeaderAddr != "" {
+			if to, ok := c.indexOf(nl.LeaderAddr); ok {
+				c.cur.CompareAndSwap(idx, to)
+				return
+			}
+		}
+	}
+	c.cur.CompareAndSwap(idx, (idx+1)%int32(len(c.members())))
+}
+
+// indexOf finds addr among the members, adding it if it is new.
+func (c *Client) indexOf(addr string) (int32, bool) {
+	c.addMu.Lock()
+	defer c.addMu.Unlock()
+	ms := c.members()
+	for i, m := range ms {
+		if m.addr == addr {
+			return int32(i), true
+		}
+	}
+	m, err := c.connect(addr)
+	if err != nil {
+		return 0, false
+	}
+	grown := append(append([]*member(nil), ms...), m)
+	c.ms.Store(&grown)
+	return int32(len(grown) - 1), true
 }
 
 // Close revokes every lease the client holds (their Done channels close with
@@ -90,13 +165,17 @@ func (c *Client) Close() error {
 	for _, s := range sessions {
 		s.end(fmt.Errorf("%w: lease #%d revoked", ErrClosed, s.number))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.api.Revoke(ctx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: s.id})
+		req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: s.id}
+		err := c.retry(ctx, func(ctx context.Context) error {
+			_, err := c.leader().Revoke(ctx, req)
+			return err
+		})
 		cancel()
 		if err != nil && status.Code(err) != codes.NotFound {
 			errs = append(errs, fmt.Errorf("revoke lease #%d: %w", s.number, err))
 		}
 	}
-	errs = append(errs, c.conn.Close())
+	errs = append(errs, closeMembers(c.members()))
 	return errors.Join(errs...)
 }
 
@@ -197,7 +276,7 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 		// Retries reuse the request id: a grant whose reply was lost comes back
 		// as the same grant, never a second one.
 		err = c.retry(ctx, func(ctx context.Context) (err error) {
-			resp, err = c.api.Acquire(ctx, req)
+			resp, err = c.leader().Acquire(ctx, req)
 			return err
 		})
 		if err == nil {
@@ -230,9 +309,9 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 func (c *Client) undo(s *session, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := c.api.GetLock(ctx, &api.GetLockRequest{Name: name})
+	resp, err := c.leader().GetLock(ctx, &api.GetLockRequest{Name: name})
 	if err == nil && resp.GetLock().GetHolderLease() == s.number {
-		c.api.Release(ctx, &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name})
+		c.leader().Release(ctx, &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name})
 	}
 }
 
@@ -274,17 +353,20 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return nil
 }
 
-// retry runs call until it succeeds, fails for good, or ctx ends. It retries
-// UNAVAILABLE (server down, no leader yet, outcome unknown), and CANCELLED or
-// DEADLINE_EXCEEDED while ctx itself is still alive (the server aborted the
-// call, e.g. while shutting down). The caller reuses its request id, so a
-// retry cannot act twice.
+// retry runs call until it succeeds, fails for good, or ctx ends. On
+// UNAVAILABLE (this member is not the leader, is down, or the outcome is
+// unknown) it moves to the next member, sweeping all of them before it backs
+// off. It also retries CANCELLED and DEADLINE_EXCEEDED while ctx itself is
+// still alive (the server aborted the call, e.g. while shutting down). The
+// caller reuses its request id, so a retry cannot act twice.
 func (c *Client) retry(ctx context.Context, call func(context.Context) error) error {
 	delay := 20 * time.Millisecond
-	for {
+	for tried := 1; ; tried++ {
+		idx := c.cur.Load()
 		err := call(ctx)
 		switch status.Code(err) {
 		case codes.Unavailable:
+			c.moveOn(idx, err)
 		case codes.Canceled, codes.DeadlineExceeded:
 			if ctx.Err() != nil {
 				return err
@@ -292,6 +374,10 @@ func (c *Client) retry(ctx context.Context, call func(context.Context) error) er
 		default:
 			return err
 		}
+		if tried < len(c.members()) {
+			continue // try the next member at once
+		}
+		tried = 0
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w (last error: %v)", ErrIndeterminate, ctx.Err(), err)

@@ -111,7 +111,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	req := &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: l.s.id, Name: l.name}
 	err := l.s.c.retry(ctx, func(ctx context.Context) error {
-		_, err := l.s.c.api.Release(ctx, req)
+		_, err := l.s.c.leader().Release(ctx, req)
 		return err
 	})
 	if code := status.Code(err); code == codes.NotFound || code == codes.FailedPrecondition {

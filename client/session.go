@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -43,7 +42,7 @@ func (c *Client) newSession(ctx context.Context, ttl time.Duration) (*session, e
 	sent := time.Now()
 	var resp *api.CreateLeaseResponse
 	err := c.retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = c.api.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: req, Ttl: durationpb.New(ttl), Owner: c.opts.owner})
+		resp, err = c.leader().CreateLease(ctx, &api.CreateLeaseRequest{RequestId: req, Ttl: durationpb.New(ttl), Owner: c.opts.owner})
 		return err
 	})
 	if err != nil {
@@ -138,8 +137,11 @@ func (s *session) renew(ctx context.Context) {
 		seq uint64
 	)
 	defer func() { rs.close() }()
-	fail := func(err error) {
-		rs.close()
+	fail := func(err error) { // drop the stream; the next one goes to the next member
+		if rs != nil {
+			rs.close()
+			s.c.moveOn(rs.member, err)
+		}
 		rs = nil
 		s.renewFailed(err)
 	}
@@ -183,7 +185,9 @@ func (s *session) renew(ctx context.Context) {
 			}
 			fail(err)
 		case <-time.After(interval):
-			s.renewFailed(errors.New("no answer to a renewal within TTL/3"))
+			// A member that cannot commit (a deposed leader cut off from the
+			// majority) never answers: try another.
+			fail(errors.New("no answer to a renewal within TTL/3"))
 		case <-ctx.Done():
 			return
 		}
@@ -192,6 +196,7 @@ func (s *session) renew(ctx context.Context) {
 
 // renewStream is one KeepAlive stream and the goroutine reading its answers.
 type renewStream struct {
+	member int32 // index of the member it goes to
 	st     api.Fence_KeepAliveClient
 	resps  chan *api.KeepAliveResponse
 	errs   chan error
@@ -200,14 +205,16 @@ type renewStream struct {
 
 func (s *session) openStream(ctx context.Context) (*renewStream, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	// Fail fast while disconnected: each attempt counts as a failed renewal
-	// (jeopardy), and the loop retries soon.
-	st, err := s.c.api.KeepAlive(sctx, grpc.WaitForReady(false))
+	// Calls fail fast while disconnected: each attempt counts as a failed
+	// renewal (jeopardy), and the loop retries soon, on the next member.
+	idx := s.c.cur.Load()
+	st, err := s.c.memberAt(idx).api.KeepAlive(sctx)
 	if err != nil {
 		cancel()
+		s.c.moveOn(idx, err)
 		return nil, err
 	}
-	rs := &renewStream{st: st, resps: make(chan *api.KeepAliveResponse, 4), errs: make(chan error, 1), cancel: cancel}
+	rs := &renewStream{member: idx, st: st, resps: make(chan *api.KeepAliveResponse, 4), errs: make(chan error, 1), cancel: cancel}
 	go func() {
 		for {
 			r, err := st.Recv()

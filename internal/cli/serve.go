@@ -14,7 +14,7 @@ import (
 
 func newServe() *cobra.Command {
 	cfg := server.DefaultConfig()
-	var logLevel string
+	var logLevel, bootstrap string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a fence node (a single node by default, data in ./fence-data)",
@@ -27,6 +27,17 @@ Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
 		Example: `  # the embedded single node, everything default
   fence serve
 
+  # a 3-node cluster on one machine (three terminals; same --bootstrap everywhere)
+  fence serve --node-id n1 --data-dir d1 --grpc-addr 127.0.0.1:7300 --metrics-addr 127.0.0.1:7301 --raft-addr 127.0.0.1:7302 \
+    --bootstrap n1=127.0.0.1:7302,n2=127.0.0.1:7312,n3=127.0.0.1:7322
+  fence serve --node-id n2 --data-dir d2 --grpc-addr 127.0.0.1:7310 --metrics-addr 127.0.0.1:7311 --raft-addr 127.0.0.1:7312 \
+    --bootstrap n1=127.0.0.1:7302,n2=127.0.0.1:7312,n3=127.0.0.1:7322
+  # (n3 likewise on 7320-7322)
+
+  # add a fourth node to a running cluster
+  fence serve --node-id n4 --data-dir d4 --grpc-addr 127.0.0.1:7330 --metrics-addr 127.0.0.1:7331 --raft-addr 127.0.0.1:7332 \
+    --join 127.0.0.1:7300,127.0.0.1:7310,127.0.0.1:7320
+
   # another data dir and ports, leases between 500ms and 10m, no lock-delay
   fence serve --data-dir /var/lib/fence --grpc-addr 127.0.0.1:8300 \
     --metrics-addr 127.0.0.1:8301 --raft-addr 127.0.0.1:8302 \
@@ -38,6 +49,10 @@ Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
 				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			var err error
+			if cfg.Bootstrap, err = server.ParsePeers(bootstrap); err != nil {
+				return fmt.Errorf("--bootstrap: %w", err)
+			}
 			srv, err := server.New(cfg)
 			if err != nil {
 				return err
@@ -54,7 +69,9 @@ Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the raft log and snapshots live")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "client gRPC address")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz ("" disables)`)
-	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address")
+	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address (other members connect here)")
+	f.StringVar(&bootstrap, "bootstrap", "", "a new cluster's voters, the same on every node: id=raft-addr,id=raft-addr,…")
+	f.StringSliceVar(&cfg.Join, "join", nil, "gRPC address(es) of an existing cluster's members to join on first start")
 	f.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease TTL a client may ask for")
 	f.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease TTL a client may ask for")
 	f.DurationVar(&cfg.DefaultLockDelay, "lock-delay", cfg.DefaultLockDelay, "default wait before re-granting a lock whose holder's lease expired (0 disables)")

@@ -14,7 +14,7 @@ import (
 //	command = kind(1 byte) then the kind's fields, in Command field order:
 //	          RequestID, Lease: 16 bytes; TTL, LockDelay, Elapsed: uvarint nanoseconds;
 //	          Owner, Name, Value: uvarint length + bytes; Wait: 1 byte (0|1);
-//	          Token, Renewals: uvarint.
+//	          Token, Renewals: uvarint; Addr: uvarint length + bytes.
 //
 // Decoding is strict: unknown versions or kinds, truncation, trailing bytes,
 // non-canonical booleans and invalid fields are errors, so that
@@ -104,6 +104,9 @@ func appendCommand(dst []byte, c *Command) []byte {
 	if f&fElapsed != 0 {
 		dst = binary.AppendUvarint(dst, uint64(c.Elapsed))
 	}
+	if f&fAddr != 0 {
+		dst = appendString(dst, c.Addr)
+	}
 	return dst
 }
 
@@ -148,6 +151,9 @@ func (d *decoder) command(c *Command) {
 	}
 	if f&fElapsed != 0 {
 		c.Elapsed = d.duration()
+	}
+	if f&fAddr != 0 {
+		c.Addr = d.string(MaxNameLen)
 	}
 }
 

@@ -50,13 +50,17 @@ const (
 	KindPut Kind = 9
 	// KindTick advances the logical clock by Elapsed, measured on the leader's monotonic clock.
 	KindTick Kind = 10
+	// KindSetNode records a node's client (gRPC) address: Name (node id), Addr.
+	// A leader proposes it for itself on takeover, so followers can point
+	// clients at it.
+	KindSetNode Kind = 11
 )
 
 var kindNames = [...]string{
 	KindCreateLease: "create-lease", KindRenew: "renew", KindRevoke: "revoke",
 	KindExpire: "expire", KindAcquire: "acquire", KindRelease: "release",
 	KindCancelWait: "cancel-wait", KindGrantNext: "grant-next", KindPut: "put",
-	KindTick: "tick",
+	KindTick: "tick", KindSetNode: "set-node",
 }
 
 func (k Kind) String() string {
@@ -81,6 +85,7 @@ type Command struct {
 	Value     []byte        // Put
 	Renewals  uint64        // Expire
 	Elapsed   time.Duration // Tick
+	Addr      string        // SetNode
 }
 
 // Code is the outcome of applying a command.

@@ -70,8 +70,11 @@ func (c *Command) Validate() error {
 	}
 	if want&fName != 0 {
 		what := "lock name"
-		if c.Kind == KindPut {
+		switch c.Kind {
+		case KindPut:
 			what = "key"
+		case KindSetNode:
+			what = "node id"
 		}
 		if err := ValidName(what, c.Name); err != nil {
 			return err
@@ -94,6 +97,10 @@ func (c *Command) Validate() error {
 		if len(c.Value) > MaxValueLen {
 			return fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.Value), MaxValueLen)
 		}
+	case KindSetNode:
+		if err := ValidName("node address", c.Addr); err != nil {
+			return err
+		}
 	case KindTick:
 		if c.Elapsed < 0 || c.Elapsed > MaxElapsed {
 			return fmt.Errorf("%w: tick of %v is outside 0…%v", ErrInvalid, c.Elapsed, MaxElapsed)
@@ -115,6 +122,7 @@ const (
 	fValue
 	fRenewals
 	fElapsed
+	fAddr
 )
 
 func fieldsOf(k Kind) uint16 {
@@ -139,6 +147,8 @@ func fieldsOf(k Kind) uint16 {
 		return fRequest | fName | fValue | fToken
 	case KindTick:
 		return fElapsed
+	case KindSetNode:
+		return fName | fAddr
 	}
 	return 0
 }
@@ -162,5 +172,6 @@ func (c *Command) fields() uint16 {
 	set(fValue, len(c.Value) != 0)
 	set(fRenewals, c.Renewals != 0)
 	set(fElapsed, c.Elapsed != 0)
+	set(fAddr, c.Addr != "")
 	return f
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -71,7 +72,10 @@ func genCommand(t *rapid.T) Command {
 	lease := LeaseID{rapid.ByteRange(1, 4).Draw(t, "lease")}
 	rq := RequestID{rapid.ByteRange(1, 6).Draw(t, "req")}
 	name := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "name")
-	switch k := Kind(rapid.IntRange(1, 10).Draw(t, "kind")); k {
+	switch k := Kind(rapid.IntRange(1, 11).Draw(t, "kind")); k {
+	case KindSetNode:
+		return Command{Kind: k, Name: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "node"),
+			Addr: rapid.SampledFrom([]string{"127.0.0.1:7300", "127.0.0.1:7310"}).Draw(t, "addr")}
 	case KindCreateLease:
 		return Command{Kind: k, RequestID: rq, Lease: lease, TTL: time.Second}
 	case KindRenew:
@@ -213,6 +217,7 @@ func normalize(s *State) *State {
 		n.waiters = append([]waiter{}, k.waiters...)
 		c.locks[name] = &n
 	}
+	c.nodes = maps.Clone(s.nodes)
 	c.kv = map[string]*entry{}
 	for key, e := range s.kv {
 		c.kv[key] = &entry{value: append([]byte{}, e.value...), token: e.token}

@@ -8,17 +8,18 @@ import (
 	"time"
 )
 
-// Snapshot format (version 1), canonical: leases sorted by id, locks and keys
+// Snapshot format (version 2), canonical: leases sorted by id, locks and keys
 // by name, so equal states give equal bytes.
 //
 //	version token clock leaseSeq
 //	count × lease(id number ttl owner createReq renewals renewedAt count × recent(req kind token))
 //	count × lock(name holder holderReq token lockDelay delayed delayFrom count × waiter(lease req lockDelay))
 //	count × kv(key value token)
+//	count × node(id addr)
 //
 // The indexes derived from locks (lease.holds, lease.waits) and the
 // CreateLease dedup map are rebuilt by Unmarshal, not stored.
-const snapshotVersion = 1
+const snapshotVersion = 2
 
 // Marshal appends the canonical encoding of the whole state to dst.
 func (s *State) Marshal(dst []byte) []byte {
@@ -72,6 +73,13 @@ func (s *State) Marshal(dst []byte) []byte {
 		dst = appendString(dst, key)
 		dst = appendString(dst, string(e.value))
 		dst = binary.AppendUvarint(dst, e.token)
+	}
+
+	nodeIDs := slices.Sorted(maps.Keys(s.nodes))
+	dst = binary.AppendUvarint(dst, uint64(len(nodeIDs)))
+	for _, id := range nodeIDs {
+		dst = appendString(dst, id)
+		dst = appendString(dst, s.nodes[id])
 	}
 	return dst
 }
@@ -189,6 +197,14 @@ func Unmarshal(b []byte) (*State, error) {
 		lastKey = key
 		s.kv[key] = e
 	}
+	var lastNode string
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		id, addr := d.string(MaxNameLen), d.string(MaxNameLen)
+		if d.err == nil && (len(s.nodes) > 0 && id <= lastNode || ValidName("node id", id) != nil || ValidName("node address", addr) != nil) {
+			d.fail("node %q out of order or malformed", id)
+		}
+		lastNode, s.nodes[id] = id, addr
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
@@ -196,6 +212,12 @@ func Unmarshal(b []byte) (*State, error) {
 		return nil, d.err
 	}
 	return s, nil
+}
+
+// NodeAddr returns the client address a node recorded, if any.
+func (s *State) NodeAddr(id string) (string, bool) {
+	a, ok := s.nodes[id]
+	return a, ok
 }
 
 // count reads a collection length; every element takes at least one byte.

@@ -15,6 +15,7 @@ type State struct {
 	locks    map[string]*lock
 	kv       map[string]*entry
 	created  map[RequestID]LeaseID // CreateLease request → lease, while the lease lives
+	nodes    map[string]string     // node id → client (gRPC) address
 }
 
 type lease struct {
@@ -66,6 +67,7 @@ func New() *State {
 		locks:   map[string]*lock{},
 		kv:      map[string]*entry{},
 		created: map[RequestID]LeaseID{},
+		nodes:   map[string]string{},
 	}
 }
 
@@ -111,6 +113,9 @@ func (s *State) Apply(c *Command) Result {
 		return s.put(c)
 	case KindTick:
 		s.clock += c.Elapsed
+		return Result{Code: OK}
+	case KindSetNode:
+		s.nodes[c.Name] = c.Addr
 		return Result{Code: OK}
 	}
 	panic("unreachable: Validate accepted kind " + c.Kind.String())

@@ -210,6 +210,13 @@ func TestApply(t *testing.T) {
 					t.Fatalf("clock %v", s.Clock())
 				}
 			}},
+		{name: "set-node records a client address", cmd: Command{Kind: KindSetNode, Name: "n2", Addr: "127.0.0.1:7310"}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if a, ok := s.NodeAddr("n2"); !ok || a != "127.0.0.1:7310" {
+					t.Fatalf("node address %q %v", a, ok)
+				}
+			}},
+		{name: "set-node without an address", cmd: Command{Kind: KindSetNode, Name: "n2"}, want: Invalid},
 		{name: "tick too long", cmd: Command{Kind: KindTick, Elapsed: time.Hour}, want: Invalid},
 		{name: "command with a field of another kind", cmd: Command{Kind: KindTick, Elapsed: 1, Name: "x"}, want: Invalid},
 		{name: "unknown kind", cmd: Command{Kind: 99}, want: Invalid},

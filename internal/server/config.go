@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,8 +30,17 @@ type Config struct {
 	GRPCAddr string
 	// MetricsAddr serves /metrics, /healthz and /readyz over HTTP; "" disables it.
 	MetricsAddr string
-	// RaftAddr is the raft transport's address (TCP).
+	// RaftAddr is the raft transport's address (TCP). Other members reach this
+	// node there, so it must be a concrete address, not 0.0.0.0.
 	RaftAddr string
+	// Bootstrap lists the voters of a new cluster (this node included), the
+	// same on every node. Used only on a node's first start; empty (and no
+	// Join) means a single node that bootstraps itself.
+	Bootstrap []Peer
+	// Join lists gRPC addresses of members of an existing cluster. On its first
+	// start the node asks them to add it as a voter, then catches up from the
+	// leader's log or snapshot.
+	Join []string
 
 	// MinTTL and MaxTTL bound the TTL a client may ask for.
 	MinTTL, MaxTTL time.Duration
@@ -69,6 +79,28 @@ type Config struct {
 	Logger *slog.Logger
 	// RaftLogLevel is the level of hashicorp/raft's own log ("warn" by default).
 	RaftLogLevel string
+}
+
+// Peer is one voter of a bootstrap list.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+// ParsePeers parses "id=host:port,id=host:port".
+func ParsePeers(s string) ([]Peer, error) {
+	var peers []Peer
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(item, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("peer %q: write it as id=host:port (the node's id and raft address)", item)
+		}
+		peers = append(peers, Peer{ID: id, RaftAddr: addr})
+	}
+	return peers, nil
 }
 
 // DefaultConfig returns the settings of the embedded single node.
@@ -117,5 +149,19 @@ func (c *Config) Validate() error {
 	check(c.SnapshotThreshold >= 1, "snapshot threshold must be at least 1")
 	check(c.HeartbeatTimeout >= 5*time.Millisecond && c.ElectionTimeout >= 5*time.Millisecond, "raft timeouts must be at least 5ms")
 	check(c.Clock != nil, "clock is nil")
+	check(len(c.Bootstrap) == 0 || len(c.Join) == 0, "give either a bootstrap list (a new cluster) or join addresses (an existing one), not both")
+	if len(c.Bootstrap) > 0 {
+		ids := map[string]bool{}
+		self := false
+		for _, p := range c.Bootstrap {
+			check(!ids[p.ID], "bootstrap lists node %q twice", p.ID)
+			ids[p.ID] = true
+			self = self || p.ID == c.NodeID
+			if p.ID == c.NodeID {
+				check(p.RaftAddr == c.RaftAddr, "bootstrap gives this node (%s) raft address %s, but --raft-addr is %s", p.ID, p.RaftAddr, c.RaftAddr)
+			}
+		}
+		check(self, "the bootstrap list must include this node (%s)", c.NodeID)
+	}
 	return errors.Join(errs...)
 }

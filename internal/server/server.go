@@ -127,9 +127,15 @@ func (s *Server) open() error {
 	if err != nil {
 		return err
 	}
-	if !existing {
-		s.log.Info("first start: bootstrapping a single-node group", "node", cfg.NodeID, "data_dir", cfg.DataDir)
+	if !existing && len(cfg.Join) == 0 {
 		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: s.trans.LocalAddr()}}}
+		if len(cfg.Bootstrap) > 0 {
+			boot.Servers = nil
+			for _, p := range cfg.Bootstrap {
+				boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+			}
+		}
+		s.log.Info("first start: bootstrapping", "node", cfg.NodeID, "voters", len(boot.Servers), "data_dir", cfg.DataDir)
 		if err := s.raft.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
@@ -142,6 +148,10 @@ func (s *Server) open() error {
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.watchLeadership(ctx, leaderCh) }()
 	go func() { defer s.wg.Done(); s.lessor.run(ctx) }()
+	if !existing && len(cfg.Join) > 0 {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.join(ctx) }()
+	}
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener on %s: %w", cfg.GRPCAddr, err)
@@ -219,6 +229,24 @@ func (s *Server) takeOver(ctx context.Context, epoch uint64) {
 		return
 	}
 	s.replica.read(s.lessor.activate)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.announce(ctx) }()
+}
+
+// announce records this leader's client address in the replicated state, so
+// followers can send clients here.
+func (s *Server) announce(ctx context.Context) {
+	addr := s.GRPCAddr()
+	var known string
+	s.replica.read(func(st *fsm.State) { known, _ = st.NodeAddr(s.cfg.NodeID) })
+	if known == addr {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindSetNode, Name: s.cfg.NodeID, Addr: addr}); err != nil {
+		s.log.Warn("could not record this leader's address; followers cannot redirect clients until it is", "err", err)
+	}
 }
 
 // applied runs on the apply path (replica locked) for every entry.
@@ -272,11 +300,30 @@ func (s *Server) WaitReady(ctx context.Context) error {
 	return nil
 }
 
+// notLeader is the refusal of a node that is not the ready leader; it names
+// the leader when this node knows it, so clients can go there.
+func (s *Server) notLeader() error {
+	addr, id := s.raft.LeaderWithID()
+	if id == "" {
+		return status.Error(codes.Unavailable, "no leader right now (an election is under way); retry shortly")
+	}
+	if string(id) == s.cfg.NodeID {
+		return status.Error(codes.Unavailable, "this node was just elected and is still taking over; retry shortly")
+	}
+	var grpcAddr string
+	s.replica.read(func(st *fsm.State) { grpcAddr, _ = st.NodeAddr(string(id)) })
+	if grpcAddr == "" {
+		return status.Errorf(codes.Unavailable, "this node (%s) is not the leader; the leader is %s (raft address %s); retry there", s.cfg.NodeID, id, addr)
+	}
+	st := status.Newf(codes.Unavailable, "this node (%s) is not the leader; the leader is %s at %s; retry there", s.cfg.NodeID, id, grpcAddr)
+	return withDetail(st, &api.NotLeader{LeaderId: string(id), LeaderAddr: grpcAddr})
+}
+
 // linearizableRead confirms leadership with a quorum, so a read served now
 // reflects every acknowledged write (writes are acknowledged after apply).
 func (s *Server) linearizableRead(ctx context.Context) error {
 	if !s.Ready() {
-		return status.Error(codes.Unavailable, "this node is not the leader (or is still taking over); retry shortly")
+		return s.notLeader()
 	}
 	if err := s.raft.VerifyLeader().Error(); err != nil {
 		return status.Errorf(codes.Unavailable, "leadership not confirmed: %v; retry shortly", err)

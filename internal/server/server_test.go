@@ -27,12 +27,13 @@ func TestMain(m *testing.M) {
 }
 
 type testNode struct {
-	t     testing.TB
-	srv   *Server
-	cli   api.FenceClient
-	clock *clocktest.Fake
-	dir   string
-	conf  func(*Config)
+	t        testing.TB
+	srv      *Server
+	cli      api.FenceClient
+	clock    *clocktest.Fake
+	dir      string
+	conf     func(*Config)
+	grpcAddr string // pinned after the first start
 }
 
 // startNode runs a single-node server in a temp dir on free loopback ports,
@@ -49,6 +50,9 @@ func (n *testNode) start() {
 	n.t.Helper()
 	cfg := DefaultConfig()
 	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = n.dir, "127.0.0.1:0", "127.0.0.1:0", ""
+	if n.grpcAddr != "" {
+		cfg.GRPCAddr = n.grpcAddr
+	}
 	cfg.Clock = n.clock
 	cfg.Registerer = prometheus.NewRegistry()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -65,6 +69,19 @@ func (n *testNode) start() {
 	defer cancel()
 	if err := srv.WaitReady(ctx); err != nil {
 		n.t.Fatal(err)
+	}
+	// Keep the address across restarts, and let the leader record it first.
+	n.grpcAddr = srv.GRPCAddr()
+	for {
+		var recorded string
+		srv.replica.read(func(s *fsm.State) { recorded, _ = s.NodeAddr(cfg.NodeID) })
+		if recorded == n.grpcAddr {
+			break
+		}
+		if ctx.Err() != nil {
+			n.t.Fatal("leader never recorded its address")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -25,7 +25,7 @@ type service struct {
 // leading refuses calls on a node that is not a ready leader.
 func (v *service) leading() error {
 	if !v.s.Ready() {
-		return status.Error(codes.Unavailable, "this node is not the leader (or is still taking over); retry shortly")
+		return v.s.notLeader()
 	}
 	return nil
 }

@@ -61,6 +61,7 @@ func freePort(t testing.TB) string {
 // node is a fence server running as a real OS process.
 type node struct {
 	t                   testing.TB
+	id                  string
 	dir                 string
 	grpc, metrics, raft string
 	args                []string
@@ -87,12 +88,26 @@ func newNode(t testing.TB, extra ...string) *node {
 	return n
 }
 
-// start launches the process and waits until /readyz answers.
+// start launches a single node and waits until it leads (/readyz).
 func (n *node) start() {
+	n.t.Helper()
+	n.startProcess()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ready(n.metrics) {
+		if time.Now().After(deadline) {
+			n.t.Fatalf("server not ready after 20s; log:\n%s", n.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startProcess launches the process and waits until it serves (/healthz).
+func (n *node) startProcess() {
 	n.t.Helper()
 	args := append([]string{"serve", "--data-dir", filepath.Join(n.dir, "data"), "--grpc-addr", n.grpc,
 		"--metrics-addr", n.metrics, "--raft-addr", n.raft, "--log-level", "warn"}, n.args...)
 	n.cmd = exec.Command(fenceBinary(n.t), args...)
+	n.cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
 	var err error
 	if n.log, err = os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
 		n.t.Fatal(err)
@@ -102,25 +117,25 @@ func (n *node) start() {
 		n.t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if ready(n.metrics) {
-			return
-		}
+	for !httpOK(n.metrics, "/healthz") {
 		if time.Now().After(deadline) {
-			n.t.Fatalf("server not ready after 20s; log:\n%s", n.logTail())
+			n.t.Fatalf("server not serving after 20s; log:\n%s", n.logTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-func ready(addr string) bool {
+// ready reports whether the node at metrics address addr leads and serves.
+func ready(addr string) bool { return httpOK(addr, "/readyz") }
+
+func httpOK(addr, path string) bool {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return false
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
-	fmt.Fprintf(c, "GET /readyz HTTP/1.0\r\n\r\n")
+	fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", path)
 	buf := make([]byte, 64)
 	k, _ := c.Read(buf)
 	return strings.Contains(string(buf[:k]), " 200 ")

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+func newMembers(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "members",
+		Short: "List and change the nodes of a fence cluster",
+		Example: `  fence members ls --server 127.0.0.1:7300,127.0.0.1:7310,127.0.0.1:7320
+  fence members add node4 10.0.0.4:7302
+  fence members remove node4
+  fence members transfer node2`,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "ls",
+		Short: "List the members and the leader",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			members, by, err := c.Members(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tROLE\tSUFFRAGE")
+			for _, m := range members {
+				role := "follower"
+				if m.Leader {
+					role = "leader"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, role, m.Suffrage)
+			}
+			tw.Flush()
+			fmt.Fprintf(cmd.ErrOrStderr(), "(as seen by %s)\n", by)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:     "add ID RAFT-ADDR",
+		Short:   "Add a voter (usually not needed: start the node with --join)",
+		Example: "  fence members add node4 10.0.0.4:7302",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.AddMember(cmd.Context(), args[0], args[1])
+		},
+	}, &cobra.Command{
+		Use:     "remove ID",
+		Short:   "Remove a member for good (stop its process afterwards)",
+		Example: "  fence members remove node4",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.RemoveMember(cmd.Context(), args[0])
+		},
+	}, &cobra.Command{
+		Use:     "transfer [ID]",
+		Short:   "Hand leadership to another member (the most up-to-date one if no ID)",
+		Example: "  fence members transfer node2\n  fence members transfer",
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			leader, err := c.TransferLeader(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "leader is now %s\n", leader)
+			return nil
+		},
+	})
+	return cmd
+}
