@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencehq/fence/internal/clock"
@@ -33,6 +34,10 @@ type Config struct {
 	// RaftAddr is the raft transport's address (TCP). Other members reach this
 	// node there, so it must be a concrete address, not 0.0.0.0.
 	RaftAddr string
+	// Transport, if set, replaces the TCP transport on RaftAddr (its LocalAddr
+	// is then this node's raft address). internal/locktest passes raft's
+	// InmemTransport to build clusters with partitions; the caller closes it.
+	Transport raft.Transport
 	// Bootstrap lists the voters of a new cluster (this node included), the
 	// same on every node. Used only on a node's first start; empty (and no
 	// Join) means a single node that bootstraps itself.
@@ -157,7 +162,7 @@ func (c *Config) Validate() error {
 			check(!ids[p.ID], "bootstrap lists node %q twice", p.ID)
 			ids[p.ID] = true
 			self = self || p.ID == c.NodeID
-			if p.ID == c.NodeID {
+			if p.ID == c.NodeID && c.Transport == nil {
 				check(p.RaftAddr == c.RaftAddr, "bootstrap gives this node (%s) raft address %s, but --raft-addr is %s", p.ID, p.RaftAddr, c.RaftAddr)
 			}
 		}

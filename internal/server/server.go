@@ -38,7 +38,7 @@ type Server struct {
 	replica  *replica
 	raft     *raft.Raft
 	store    *raftboltdb.BoltStore
-	trans    *raft.NetworkTransport
+	trans    raft.Transport
 	proposer *proposer
 	lessor   *lessor
 	waiters  waiters
@@ -106,8 +106,10 @@ func (s *Server) open() error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	if s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, hl); err != nil {
-		return fmt.Errorf("raft transport on %s: %w", cfg.RaftAddr, err)
+	if s.trans = cfg.Transport; s.trans == nil {
+		if s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, hl); err != nil {
+			return fmt.Errorf("raft transport on %s: %w", cfg.RaftAddr, err)
+		}
 	}
 
 	rc := raft.DefaultConfig()
@@ -378,8 +380,8 @@ func (s *Server) Close() error {
 			errs = append(errs, s.raft.Shutdown().Error())
 		}
 		s.wg.Wait()
-		if s.trans != nil {
-			errs = append(errs, s.trans.Close())
+		if c, ok := s.trans.(raft.WithClose); ok && s.cfg.Transport == nil {
+			errs = append(errs, c.Close())
 		}
 		if s.store != nil {
 			errs = append(errs, s.store.Close())

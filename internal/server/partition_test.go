@@ -1,0 +1,94 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/locktest"
+)
+
+// TestPartitionedLeaderIsInert cuts the leader off from the majority. The
+// cut-off node must grant nothing and renew nothing; the majority elects a
+// new leader and carries on (the client fails over, a renewed lease
+// survives); after healing, the old leader follows and nothing it was asked
+// during the cut took effect.
+func TestPartitionedLeaderIsInert(t *testing.T) {
+	c := locktest.NewCluster(t, 3)
+	ctx := func(d time.Duration) context.Context {
+		cx, cancel := context.WithTimeout(context.Background(), d)
+		t.Cleanup(cancel)
+		return cx
+	}
+	cl, err := client.Dial(ctx(5*time.Second), c.Addrs(), client.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	held, err := cl.Lock(ctx(5*time.Second), "held-through")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	old := c.Leader()
+	conn, err := grpc.NewClient(old.Server.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	direct := api.NewFenceClient(conn)
+	lease, err := direct.CreateLease(ctx(5*time.Second), &api.CreateLeaseRequest{Ttl: durationpb.New(30 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c.Partition(old)
+
+	// The minority grants nothing...
+	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{LeaseId: lease.LeaseId, Name: "minority"}); err == nil {
+		t.Fatalf("the cut-off leader granted a lock: token %d", r.Token)
+	}
+	// ...and renews nothing.
+	stream, err := direct.KeepAlive(ctx(1500 * time.Millisecond))
+	if err == nil {
+		if stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}) == nil {
+			if r, err := stream.Recv(); err == nil && r.Ok {
+				t.Fatal("the cut-off leader acknowledged a renewal")
+			}
+		}
+	}
+	// The majority elects and continues.
+	var majority []*locktest.Node
+	for _, nd := range c.Nodes {
+		if nd != old {
+			majority = append(majority, nd)
+		}
+	}
+	next := c.Leader(majority...)
+	l, err := cl.TryLock(ctx(10*time.Second), "majority")
+	if err != nil {
+		t.Fatalf("the majority (leader %s) did not grant: %v", next.ID, err)
+	}
+	if l.Token() <= held.Token() {
+		t.Fatalf("token %d after %d", l.Token(), held.Token())
+	}
+	time.Sleep(2 * time.Second) // a whole TTL: only renewals through the new leader keep it
+	if err := held.Err(); err != nil {
+		t.Fatalf("a renewed lease was lost across the partition: %v", err)
+	}
+
+	c.Heal()
+	time.Sleep(500 * time.Millisecond)
+	if old.Server.Ready() {
+		t.Fatal("the old leader still leads after healing")
+	}
+	if info, err := cl.Status(ctx(5*time.Second), "minority"); err != nil || info.Held() {
+		t.Fatalf("the cut-off leader's grant took effect after healing: %+v %v", info, err)
+	}
+}
