@@ -23,10 +23,19 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, n int, extra ...string) *cluster {
+	return newClusterAt(t, n, nil, extra...)
+}
+
+// newClusterAt places node i at hosts[i].host inside hosts[i].netns (nil:
+// all on 127.0.0.1 with free ports).
+func newClusterAt(t *testing.T, n int, hosts []netHost, extra ...string) *cluster {
 	c := &cluster{t: t}
 	var peers []string
 	for i := 0; i < n; i++ {
 		nd := newNode(t)
+		if hosts != nil {
+			nd = newNodeAt(t, hosts[i].ip, hosts[i].netns)
+		}
 		nd.id = fmt.Sprintf("n%d", i+1)
 		c.nodes = append(c.nodes, nd)
 		peers = append(peers, nd.id+"="+nd.raft)

@@ -62,6 +62,7 @@ func freePort(t testing.TB) string {
 type node struct {
 	t                   testing.TB
 	id                  string
+	netns               string // run inside this network namespace ("" = this one)
 	dir                 string
 	grpc, metrics, raft string
 	args                []string
@@ -72,7 +73,18 @@ type node struct {
 }
 
 func newNode(t testing.TB, extra ...string) *node {
-	n := &node{t: t, dir: t.TempDir(), grpc: freePort(t), metrics: freePort(t), raft: freePort(t), args: extra}
+	return newNodeAt(t, "", "", extra...)
+}
+
+// newNodeAt is newNode on host (ports 7300-7302) inside network namespace
+// netns; host "" means free ports on 127.0.0.1 in this namespace.
+func newNodeAt(t testing.TB, host, netns string, extra ...string) *node {
+	n := &node{t: t, dir: t.TempDir(), args: extra, netns: netns}
+	if host == "" {
+		n.grpc, n.metrics, n.raft = freePort(t), freePort(t), freePort(t)
+	} else {
+		n.grpc, n.metrics, n.raft = host+":7300", host+":7301", host+":7302"
+	}
 	conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
@@ -107,6 +119,9 @@ func (n *node) startProcess() {
 	args := append([]string{"serve", "--data-dir", filepath.Join(n.dir, "data"), "--grpc-addr", n.grpc,
 		"--metrics-addr", n.metrics, "--raft-addr", n.raft, "--log-level", "warn"}, n.args...)
 	n.cmd = exec.Command(fenceBinary(n.t), args...)
+	if n.netns != "" { // ip netns exec execs the binary: the pid stays fence's
+		n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.netns, fenceBinary(n.t)}, args...)...)
+	}
 	n.cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
 	var err error
 	if n.log, err = os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
