@@ -80,6 +80,9 @@ func (v *service) TransferLeader(ctx context.Context, r *api.TransferLeaderReque
 	if err := v.leading(); err != nil {
 		return nil, err
 	}
+	if r.GetId() == v.s.cfg.NodeID { // already there: nothing to do
+		return &api.TransferLeaderResponse{Leader: v.s.cfg.NodeID}, nil
+	}
 	var f raft.Future
 	if r.GetId() == "" {
 		f = v.s.raft.LeadershipTransfer()
@@ -98,7 +101,12 @@ func (v *service) TransferLeader(ctx context.Context, r *api.TransferLeaderReque
 	if err := f.Error(); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "leadership transfer: %v", err)
 	}
+	// The old leader learns who won from the new leader's first heartbeat.
 	_, leader := v.s.raft.LeaderWithID()
+	for deadline := time.Now().Add(2 * time.Second); (leader == "" || string(leader) == v.s.cfg.NodeID) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		_, leader = v.s.raft.LeaderWithID()
+	}
 	return &api.TransferLeaderResponse{Leader: string(leader)}, nil
 }
 
