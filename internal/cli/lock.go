@@ -92,18 +92,15 @@ another holder.`,
 			if lease == "" {
 				return &exitError{ExitUsage, errors.New("no lease given: pass --lease or eval the output of 'fence lock' first (it exports FENCE_LEASE)")}
 			}
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.UnlockDetached(cmd.Context(), lease); err != nil {
-				if errors.Is(err, client.ErrExpired) {
-					return &exitError{ExitLeaseLost, err}
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := c.UnlockDetached(ctx, lease); err != nil {
+					if errors.Is(err, client.ErrExpired) {
+						return &exitError{ExitLeaseLost, err}
+					}
+					return err
 				}
-				return err
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&lease, "lease", "", "lease secret printed by 'fence lock' (default $FENCE_LEASE)")

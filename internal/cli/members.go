@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fencehq/fence/client"
 )
 
 func newMembers(g *globals) *cobra.Command {
@@ -21,27 +24,24 @@ func newMembers(g *globals) *cobra.Command {
 		Short: "List the members and the leader",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			members, by, err := c.Members(cmd.Context())
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tROLE\tSUFFRAGE")
-			for _, m := range members {
-				role := "follower"
-				if m.Leader {
-					role = "leader"
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				members, by, err := c.Members(ctx)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, role, m.Suffrage)
-			}
-			tw.Flush()
-			fmt.Fprintf(cmd.ErrOrStderr(), "(as seen by %s)\n", by)
-			return nil
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tROLE\tSUFFRAGE")
+				for _, m := range members {
+					role := "follower"
+					if m.Leader {
+						role = "leader"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, role, m.Suffrage)
+				}
+				tw.Flush()
+				fmt.Fprintf(cmd.ErrOrStderr(), "(as seen by %s)\n", by)
+				return nil
+			})
 		},
 	}, &cobra.Command{
 		Use:     "add ID RAFT-ADDR",
@@ -49,12 +49,9 @@ func newMembers(g *globals) *cobra.Command {
 		Example: "  fence members add node4 10.0.0.4:7302",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.AddMember(cmd.Context(), args[0], args[1])
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				return c.AddMember(ctx, args[0], args[1])
+			})
 		},
 	}, &cobra.Command{
 		Use:     "remove ID",
@@ -62,12 +59,9 @@ func newMembers(g *globals) *cobra.Command {
 		Example: "  fence members remove node4",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.RemoveMember(cmd.Context(), args[0])
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				return c.RemoveMember(ctx, args[0])
+			})
 		},
 	}, &cobra.Command{
 		Use:     "transfer [ID]",
@@ -75,21 +69,18 @@ func newMembers(g *globals) *cobra.Command {
 		Example: "  fence members transfer node2\n  fence members transfer",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			id := ""
-			if len(args) == 1 {
-				id = args[0]
-			}
-			leader, err := c.TransferLeader(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "leader is now %s\n", leader)
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				id := ""
+				if len(args) == 1 {
+					id = args[0]
+				}
+				leader, err := c.TransferLeader(ctx, id)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "leader is now %s\n", leader)
+				return nil
+			})
 		},
 	})
 	return cmd

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fencehq/fence/client"
 )
 
 func newRelease(g *globals) *cobra.Command {
@@ -29,17 +32,14 @@ Lease.Release in the client library; this command is for stuck holders.`,
 			if !force {
 				return &exitError{ExitUsage, errors.New("release takes a lock away from its holder; pass --force to confirm (to release your own lock, use 'fence unlock')")}
 			}
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			revoked, released, err := c.ForceRelease(cmd.Context(), args[0], reason)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "revoked lease #%d (%s); released: %s\n", revoked.HolderLease, revoked.HolderOwner, strings.Join(released, ", "))
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				revoked, released, err := c.ForceRelease(ctx, args[0], reason)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked lease #%d (%s); released: %s\n", revoked.HolderLease, revoked.HolderOwner, strings.Join(released, ", "))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "confirm taking the lock from its holder")

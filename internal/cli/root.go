@@ -55,6 +55,16 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 	return c, nil
 }
 
+// withClient dials the server, runs fn, and closes the client.
+func (g *globals) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error, opts ...client.Option) error {
+	c, err := g.dial(cmd.Context(), opts...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(cmd.Context(), c)
+}
+
 // NewRoot returns the fence command tree.
 func NewRoot() *cobra.Command {
 	g := &globals{}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -37,29 +38,26 @@ func newStatus(g *globals) *cobra.Command {
 		Example: "  fence status jobs/nightly\n  fence status jobs/nightly --json | jq .token",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			l, err := c.Status(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), toJSON(l))
-			}
-			w := cmd.OutOrStdout()
-			switch {
-			case l.Held():
-				fmt.Fprintf(w, "%s: held by lease #%d (%s), token %d, TTL left %s, %d waiting\n",
-					l.Name, l.HolderLease, l.HolderOwner, l.Token, l.TTLLeft.Round(time.Millisecond), l.Waiters)
-			case l.Delayed:
-				fmt.Fprintf(w, "%s: free but in lock-delay after its holder's lease expired (last token %d), %d waiting\n", l.Name, l.Token, l.Waiters)
-			default:
-				fmt.Fprintf(w, "%s: free\n", l.Name)
-			}
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				l, err := c.Status(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), toJSON(l))
+				}
+				w := cmd.OutOrStdout()
+				switch {
+				case l.Held():
+					fmt.Fprintf(w, "%s: held by lease #%d (%s), token %d, TTL left %s, %d waiting\n",
+						l.Name, l.HolderLease, l.HolderOwner, l.Token, l.TTLLeft.Round(time.Millisecond), l.Waiters)
+				case l.Delayed:
+					fmt.Fprintf(w, "%s: free but in lock-delay after its holder's lease expired (last token %d), %d waiting\n", l.Name, l.Token, l.Waiters)
+				default:
+					fmt.Fprintf(w, "%s: free\n", l.Name)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -74,34 +72,31 @@ func newLs(g *globals) *cobra.Command {
 		Example: "  fence ls\n  fence ls --json | jq '.[] | select(.waiters > 0)'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			locks, err := c.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				out := make([]lockJSON, len(locks))
-				for i, l := range locks {
-					out[i] = toJSON(l)
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				locks, err := c.List(ctx)
+				if err != nil {
+					return err
 				}
-				return writeJSON(cmd.OutOrStdout(), out)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "LOCK\tHOLDER\tTOKEN\tTTL LEFT\tWAITERS")
-			for _, l := range locks {
-				holder, ttl := "-", "-"
-				if l.Held() {
-					holder, ttl = fmt.Sprintf("#%d %s", l.HolderLease, l.HolderOwner), l.TTLLeft.Round(time.Millisecond).String()
-				} else if l.Delayed {
-					holder = "(lock-delay)"
+				if asJSON {
+					out := make([]lockJSON, len(locks))
+					for i, l := range locks {
+						out[i] = toJSON(l)
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\n", l.Name, holder, l.Token, ttl, l.Waiters)
-			}
-			return tw.Flush()
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "LOCK\tHOLDER\tTOKEN\tTTL LEFT\tWAITERS")
+				for _, l := range locks {
+					holder, ttl := "-", "-"
+					if l.Held() {
+						holder, ttl = fmt.Sprintf("#%d %s", l.HolderLease, l.HolderOwner), l.TTLLeft.Round(time.Millisecond).String()
+					} else if l.Delayed {
+						holder = "(lock-delay)"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\n", l.Name, holder, l.Token, ttl, l.Waiters)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
