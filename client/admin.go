@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -69,12 +70,12 @@ func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
 // (its Done closes with ErrExpired). The server logs reason.
 func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked LockInfo, released []string, err error) {
 	var resp *api.ForceReleaseResponse
-	err = c.retry(ctx, func(ctx context.Context) (err error) {
+	err = c.admin(ctx, fmt.Sprintf("force-release %q", name), func(ctx context.Context) (err error) {
 		resp, err = c.leader().ForceRelease(ctx, &api.ForceReleaseRequest{Name: name, Reason: reason})
 		return err
 	})
 	if err != nil {
-		return LockInfo{}, nil, fmt.Errorf("fence: force-release %q: %w", name, err)
+		return LockInfo{}, nil, err
 	}
 	return LockInfo{Name: name, HolderLease: resp.GetRevokedLease(), HolderOwner: resp.GetRevokedOwner()}, resp.GetReleased(), nil
 }
@@ -240,7 +241,11 @@ func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) 
 	return leader, err
 }
 
+// admin runs an admin call with the admin token attached.
 func (c *Client) admin(ctx context.Context, what string, call func(context.Context) error) error {
+	if c.opts.adminToken != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.opts.adminToken)
+	}
 	if err := c.retry(ctx, call); err != nil {
 		return fmt.Errorf("fence: %s: %w", what, err)
 	}

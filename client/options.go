@@ -12,12 +12,13 @@ import (
 type Option func(*options)
 
 type options struct {
-	ttl       time.Duration
-	margin    time.Duration // 0: ttl/10
-	lockDelay *time.Duration
-	owner     string
-	observer  Observer
-	dialOpts  []grpc.DialOption
+	ttl        time.Duration
+	margin     time.Duration // 0: ttl/10
+	lockDelay  *time.Duration
+	owner      string
+	observer   Observer
+	dialOpts   []grpc.DialOption
+	adminToken string
 }
 
 func defaults() options {
@@ -58,6 +59,11 @@ func WithOwner(owner string) Option { return func(o *options) { o.owner = owner 
 
 // WithObserver receives the client's events for metrics (see package clientmetrics).
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
+
+// WithAdminToken sends token with admin calls (ForceRelease, AddMember,
+// RemoveMember, TransferLeader), for servers started with an admin token.
+// Without a token, servers accept admin calls only from their own machine.
+func WithAdminToken(token string) Option { return func(o *options) { o.adminToken = token } }
 
 // WithDialOptions passes options to grpc.NewClient (TLS credentials, interceptors).
 // Without any, the client connects without TLS.

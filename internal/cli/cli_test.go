@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencehq/fence/internal/locktest"
+	"github.com/fencehq/fence/internal/server"
 )
 
 func startServer(t *testing.T) string { return locktest.Start(t).GRPCAddr() }
@@ -113,5 +114,19 @@ func TestUsageErrors(t *testing.T) {
 		if code != tt.code || !strings.Contains(errOut, tt.msg) {
 			t.Errorf("fence %q: code %d, stderr %q; want %d and %q", tt.args, code, errOut, tt.code, tt.msg)
 		}
+	}
+}
+
+func TestAdminToken(t *testing.T) {
+	srv := locktest.Start(t, func(c *server.Config) { c.AdminToken = "s3cret" })
+	addr := srv.GRPCAddr()
+	t.Setenv("FENCE_ADMIN_TOKEN", "")
+	fence(t, addr, "lock", "stuck")
+	if code, _, errOut := fence(t, addr, "release", "--force", "stuck"); code != ExitError || !strings.Contains(errOut, "admin token") {
+		t.Fatalf("force-release without the token: %d %s", code, errOut)
+	}
+	t.Setenv("FENCE_ADMIN_TOKEN", "s3cret")
+	if code, out, errOut := fence(t, addr, "release", "--force", "stuck"); code != 0 || !strings.Contains(out, "revoked lease") {
+		t.Fatalf("force-release with the token: %d %s %s", code, out, errOut)
 	}
 }

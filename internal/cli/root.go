@@ -37,6 +37,19 @@ func (e *exitError) Unwrap() error { return e.err }
 type globals struct {
 	servers        string
 	connectTimeout time.Duration
+	adminTokenFile string
+}
+
+// adminToken reads --admin-token-file, or else $FENCE_ADMIN_TOKEN.
+func (g *globals) adminToken() (string, error) {
+	if g.adminTokenFile == "" {
+		return os.Getenv("FENCE_ADMIN_TOKEN"), nil
+	}
+	b, err := os.ReadFile(g.adminTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Client, error) {
@@ -47,6 +60,13 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 		if a = strings.TrimSpace(a); a != "" {
 			addrs = append(addrs, a)
 		}
+	}
+	token, err := g.adminToken()
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		opts = append(opts, client.WithAdminToken(token))
 	}
 	c, err := client.Dial(ctx, addrs, opts...)
 	if err != nil {
@@ -89,7 +109,8 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	}
 	root.PersistentFlags().StringVar(&g.servers, "server", defServer, "fence server address(es), comma-separated ($FENCE_SERVER)")
 	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second, "how long to try to reach the server")
-	root.AddCommand(newServe(), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g))
+	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
+	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g))
 	return root
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/fencehq/fence/internal/server"
 )
 
-func newServe() *cobra.Command {
+func newServe(g *globals) *cobra.Command {
 	cfg := server.DefaultConfig()
 	var logLevel, bootstrap string
 	cmd := &cobra.Command{
@@ -23,7 +23,11 @@ single-node raft group; later starts come back from the data dir (raft log in
 raft.db, fsynced on every write, plus snapshots).
 
 Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
-/readyz are served over HTTP (default 127.0.0.1:7301).`,
+/readyz are served over HTTP (default 127.0.0.1:7301).
+
+Admin calls (release --force, members add/remove/transfer) need the admin
+token given with --admin-token-file or $FENCE_ADMIN_TOKEN; without one, they
+are accepted only from this machine. Give every node of a cluster the same.`,
 		Example: `  # the embedded single node, everything default
   fence serve
 
@@ -52,6 +56,9 @@ Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
 			var err error
 			if cfg.Bootstrap, err = server.ParsePeers(bootstrap); err != nil {
 				return fmt.Errorf("--bootstrap: %w", err)
+			}
+			if cfg.AdminToken, err = g.adminToken(); err != nil {
+				return err
 			}
 			srv, err := server.New(cfg)
 			if err != nil {

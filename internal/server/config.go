@@ -34,6 +34,11 @@ type Config struct {
 	// RaftAddr is the raft transport's address (TCP). Other members reach this
 	// node there, so it must be a concrete address, not 0.0.0.0.
 	RaftAddr string
+	// AdminToken, if set, is required (as "authorization: Bearer <token>"
+	// metadata) on admin calls: ForceRelease, AddMember, RemoveMember,
+	// TransferLeader. If empty, admin calls are accepted only from loopback.
+	// Nodes joining with --join send it too, so give every node the same one.
+	AdminToken string
 	// Transport, if set, replaces the TCP transport on RaftAddr (its LocalAddr
 	// is then this node's raft address). internal/locktest passes raft's
 	// InmemTransport to build clusters with partitions; the caller closes it.

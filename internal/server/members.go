@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/fencehq/fence/api"
@@ -40,6 +41,9 @@ func (v *service) membershipErr(what string, err error) error {
 }
 
 func (v *service) AddMember(ctx context.Context, r *api.AddMemberRequest) (*api.AddMemberResponse, error) {
+	if err := v.s.authorizeAdmin(ctx, "add member"); err != nil {
+		return nil, err
+	}
 	if r.GetId() == "" || r.GetRaftAddr() == "" {
 		return nil, status.Error(codes.InvalidArgument, "give the new member's id and raft address")
 	}
@@ -50,11 +54,14 @@ func (v *service) AddMember(ctx context.Context, r *api.AddMemberRequest) (*api.
 	if err := v.membershipErr("add member "+r.GetId(), err); err != nil {
 		return nil, err
 	}
-	v.s.log.Warn("member added", "id", r.GetId(), "raft_addr", r.GetRaftAddr())
+	v.s.log.Warn("member added", "caller", callerAddr(ctx), "id", r.GetId(), "raft_addr", r.GetRaftAddr())
 	return &api.AddMemberResponse{}, nil
 }
 
 func (v *service) RemoveMember(ctx context.Context, r *api.RemoveMemberRequest) (*api.RemoveMemberResponse, error) {
+	if err := v.s.authorizeAdmin(ctx, "remove member"); err != nil {
+		return nil, err
+	}
 	if r.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "give the id of the member to remove")
 	}
@@ -72,11 +79,14 @@ func (v *service) RemoveMember(ctx context.Context, r *api.RemoveMemberRequest) 
 	if err := v.membershipErr("remove member "+r.GetId(), err); err != nil {
 		return nil, err
 	}
-	v.s.log.Warn("member removed", "id", r.GetId())
+	v.s.log.Warn("member removed", "caller", callerAddr(ctx), "id", r.GetId())
 	return &api.RemoveMemberResponse{}, nil
 }
 
 func (v *service) TransferLeader(ctx context.Context, r *api.TransferLeaderRequest) (*api.TransferLeaderResponse, error) {
+	if err := v.s.authorizeAdmin(ctx, "transfer leadership"); err != nil {
+		return nil, err
+	}
 	if err := v.leading(); err != nil {
 		return nil, err
 	}
@@ -139,6 +149,9 @@ func (s *Server) askToJoin(ctx context.Context, addr string) error {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	if s.cfg.AdminToken != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, AdminHeader, "Bearer "+s.cfg.AdminToken)
+	}
 	_, err = api.NewFenceClient(conn).AddMember(ctx, &api.AddMemberRequest{Id: s.cfg.NodeID, RaftAddr: string(s.trans.LocalAddr())})
 	return err
 }

@@ -282,6 +282,9 @@ func (v *service) Get(ctx context.Context, r *api.GetRequest) (*api.GetResponse,
 }
 
 func (v *service) ForceRelease(ctx context.Context, r *api.ForceReleaseRequest) (*api.ForceReleaseResponse, error) {
+	if err := v.s.authorizeAdmin(ctx, "force-release"); err != nil {
+		return nil, err
+	}
 	if err := name("lock name", r.GetName()); err != nil {
 		return nil, err
 	}
@@ -303,7 +306,7 @@ func (v *service) ForceRelease(ctx context.Context, r *api.ForceReleaseRequest) 
 	if err != nil {
 		return nil, err
 	}
-	v.s.log.Warn("admin force-release: revoked the holder's lease", "lock", r.GetName(), "lease", holder.HolderNum,
+	v.s.log.Warn("admin force-release: revoked the holder's lease", "caller", callerAddr(ctx), "lock", r.GetName(), "lease", holder.HolderNum,
 		"owner", holder.HolderOwner, "token", holder.Token, "released", res.Released, "reason", r.GetReason())
 	return &api.ForceReleaseResponse{RevokedLease: holder.HolderNum, RevokedOwner: holder.HolderOwner, Released: res.Released}, nil
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +17,15 @@ import (
 // leader, each must hold every grant with its token (so each caught up, from
 // the log or from a snapshot). Finally the fourth node is removed.
 func TestClusterJoinAndCatchUp(t *testing.T) {
-	c := newCluster(t, 3, "--snapshot-threshold", "50", "--snapshot-interval", "200ms", "--trailing-logs", "20")
-	cl := c.dial(client.WithTTL(time.Minute))
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 3, "--snapshot-threshold", "50", "--snapshot-interval", "200ms", "--trailing-logs", "20", "--admin-token-file", tokenFile)
+	cl := c.dial(client.WithTTL(time.Minute), client.WithAdminToken("s3cret"))
+	if _, err := c.dial().TransferLeader(timeout(t, 5*time.Second), ""); err == nil || !strings.Contains(err.Error(), "send the admin token") {
+		t.Fatalf("an admin call without the token: %v", err)
+	}
 	grants := map[string]uint64{}
 	grab := func(prefix string, n int) {
 		for i := 0; i < n; i++ {
@@ -41,7 +50,7 @@ func TestClusterJoinAndCatchUp(t *testing.T) {
 	grab("while-down", 200)
 	lagging.startProcess()
 
-	joiner := newNode(t, "--node-id", "n4", "--join", strings.Join(c.addrs(), ","))
+	joiner := newNode(t, "--node-id", "n4", "--join", strings.Join(c.addrs(), ","), "--admin-token-file", tokenFile)
 	joiner.id = "n4"
 	joiner.startProcess()
 	deadline := time.Now().Add(20 * time.Second)
