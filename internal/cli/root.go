@@ -110,7 +110,7 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	root.PersistentFlags().StringVar(&g.servers, "server", defServer, "fence server address(es), comma-separated ($FENCE_SERVER)")
 	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second, "how long to try to reach the server")
 	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
-	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g))
+	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g), newBench(g))
 	return root
 }
 

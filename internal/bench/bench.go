@@ -1,0 +1,342 @@
+// Package bench drives load against a fence server or cluster and measures
+// throughput and latency (HDR histograms). It backs `fence bench`. Every
+// loop stops at Config.Duration or Config.MaxOps, whichever comes first.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/client"
+)
+
+// Workloads.
+const (
+	Uncontended = "uncontended" // each client locks and releases its own lock
+	Contended   = "contended"   // all clients wait in line for one lock
+	RenewHeavy  = "renew-heavy" // leases renewed as fast as the server answers
+	ManyLeases  = "many-leases" // create leases (and keep them) as fast as possible
+	Mixed       = "mixed"       // half uncontended cycles, half renewals
+)
+
+// Workloads lists them, for help texts.
+var Workloads = []string{Uncontended, Contended, RenewHeavy, ManyLeases, Mixed}
+
+// Config is one run.
+type Config struct {
+	Servers  []string
+	Workload string
+	Clients  int           // concurrent workers
+	Duration time.Duration // stop after this long
+	MaxOps   int64         // or after this many operations
+	TTL      time.Duration // of the leases the run creates
+	Window   int           // renewals in flight per stream (renew-heavy)
+}
+
+// Validate checks cfg.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Servers) == 0:
+		return errors.New("no server address")
+	case c.Clients < 1 || c.Clients > 10000:
+		return fmt.Errorf("clients %d outside 1…10000", c.Clients)
+	case c.Duration <= 0 || c.Duration > time.Hour:
+		return fmt.Errorf("duration %v outside 0…1h", c.Duration)
+	case c.MaxOps < 1:
+		return fmt.Errorf("max ops %d must be positive", c.MaxOps)
+	case c.TTL < time.Second:
+		return fmt.Errorf("TTL %v below the server's default minimum of 1s", c.TTL)
+	case c.Window < 1:
+		return fmt.Errorf("window %d must be at least 1", c.Window)
+	}
+	for _, w := range Workloads {
+		if w == c.Workload {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown workload %q (one of %v)", c.Workload, Workloads)
+}
+
+// Latency summarises one operation's latencies.
+type Latency struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// Result is what a run measured.
+type Result struct {
+	Workload  string             `json:"workload"`
+	Clients   int                `json:"clients"`
+	Seconds   float64            `json:"seconds"`
+	Ops       int64              `json:"ops"`
+	OpsPerSec float64            `json:"ops_per_sec"`
+	Errors    int64              `json:"errors"`
+	Unit      string             `json:"unit"` // what one op is
+	Latency   map[string]Latency `json:"latency"`
+}
+
+// recorder collects latencies per operation name. Safe for concurrent use.
+type recorder struct {
+	mu    sync.Mutex
+	hists map[string]*hdrhistogram.Histogram
+}
+
+func (r *recorder) record(op string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.hists[op]
+	if h == nil {
+		h = hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3) // µs, 3 significant digits
+		r.hists[op] = h
+	}
+	h.RecordValue(max(1, d.Microseconds()))
+}
+
+func (r *recorder) summary() map[string]Latency {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]Latency{}
+	ms := func(v int64) float64 { return float64(v) / 1000 }
+	for op, h := range r.hists {
+		out[op] = Latency{Count: h.TotalCount(), P50: ms(h.ValueAtQuantile(50)), P90: ms(h.ValueAtQuantile(90)),
+			P99: ms(h.ValueAtQuantile(99)), P999: ms(h.ValueAtQuantile(99.9)), Max: ms(h.Max())}
+	}
+	return out
+}
+
+// run is the shared state of one run.
+type run struct {
+	cfg    Config
+	rec    recorder
+	ops    atomic.Int64
+	errs   atomic.Int64
+	cancel context.CancelFunc
+}
+
+// take reserves one operation; false once the run's time is up or MaxOps is
+// reached (which also stops the run).
+func (r *run) take(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if r.ops.Add(1) > r.cfg.MaxOps {
+		r.ops.Add(-1)
+		r.cancel()
+		return false
+	}
+	return true
+}
+
+// Run performs one run and returns its measurements.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	r := &run{cfg: cfg, rec: recorder{hists: map[string]*hdrhistogram.Histogram{}}, cancel: cancel}
+	var unit string
+	var work func(ctx context.Context, worker int) error
+	switch cfg.Workload {
+	case Uncontended:
+		unit, work = "lock+release cycle", r.cycles(false)
+	case Contended:
+		unit, work = "handoff (lock+release of the one lock)", r.cycles(true)
+	case RenewHeavy:
+		unit, work = "renewal", r.renewals
+	case ManyLeases:
+		unit, work = "lease created", r.createLeases
+	case Mixed:
+		cyc := r.cycles(false)
+		unit, work = "cycle or renewal", func(ctx context.Context, w int) error {
+			if w%2 == 0 {
+				return cyc(ctx, w)
+			}
+			return r.renewals(ctx, w)
+		}
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errc := make(chan error, cfg.Clients)
+	for w := 0; w < cfg.Clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := work(ctx, w); err != nil && ctx.Err() == nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errc)
+	if err := <-errc; err != nil {
+		return nil, fmt.Errorf("bench %s: %w", cfg.Workload, err)
+	}
+	ops := r.ops.Load()
+	return &Result{Workload: cfg.Workload, Clients: cfg.Clients, Seconds: elapsed.Seconds(), Ops: ops,
+		OpsPerSec: float64(ops) / elapsed.Seconds(), Errors: r.errs.Load(), Unit: unit, Latency: r.rec.summary()}, nil
+}
+
+// cycles: each worker has its own client (own session and connection) and
+// locks and releases its own lock, or the one shared lock.
+func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
+	return func(ctx context.Context, w int) error {
+		c, err := client.Dial(ctx, r.cfg.Servers, client.WithTTL(r.cfg.TTL), client.WithLockDelay(0))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		name := fmt.Sprintf("bench/%s/%d", randomTag(), w)
+		if shared {
+			name = "bench/contended"
+		}
+		for r.take(ctx) {
+			t0 := time.Now()
+			l, err := c.Lock(ctx, name)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.errs.Add(1)
+				}
+				r.ops.Add(-1)
+				continue
+			}
+			t1 := time.Now()
+			if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+				r.errs.Add(1)
+			}
+			t2 := time.Now()
+			r.rec.record("lock", t1.Sub(t0))
+			r.rec.record("release", t2.Sub(t1))
+			r.rec.record("cycle", t2.Sub(t0))
+		}
+		return nil
+	}
+}
+
+// rawClient connects straight to the API (renewals at full speed need the
+// stream itself, not the client's TTL/3 schedule).
+func (r *run) rawClient(w int) (api.FenceClient, func(), error) {
+	conn, err := grpc.NewClient(r.cfg.Servers[w%len(r.cfg.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return api.NewFenceClient(conn), func() { conn.Close() }, nil
+}
+
+// renewals: each worker has a lease and a KeepAlive stream with Window
+// renewals in flight; latency is send → answer.
+func (r *run) renewals(ctx context.Context, w int) error {
+	fc, done, err := r.rawClient(w)
+	if err != nil {
+		return err
+	}
+	defer done()
+	lease, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"})
+	if err != nil {
+		return err
+	}
+	defer fc.Revoke(context.WithoutCancel(ctx), &api.RevokeRequest{LeaseId: lease.LeaseId})
+	stream, err := fc.KeepAlive(ctx)
+	if err != nil {
+		return err
+	}
+	var (
+		mu   sync.Mutex
+		sent = map[uint64]time.Time{}
+	)
+	slots := make(chan struct{}, r.cfg.Window)
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			t0, ok := sent[resp.Seq]
+			delete(sent, resp.Seq)
+			mu.Unlock()
+			if ok {
+				r.rec.record("renew", time.Since(t0))
+			}
+			if !resp.Ok {
+				r.errs.Add(1)
+			}
+			<-slots
+		}
+	}()
+	for seq := uint64(1); r.take(ctx); seq++ {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			r.ops.Add(-1)
+			return nil
+		}
+		mu.Lock()
+		sent[seq] = time.Now()
+		mu.Unlock()
+		if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: seq}); err != nil {
+			return nil
+		}
+	}
+	stream.CloseSend()
+	<-recvDone
+	return nil
+}
+
+// createLeases: each worker creates leases and keeps them (they expire after
+// the TTL), to load the server with many live leases.
+func (r *run) createLeases(ctx context.Context, w int) error {
+	fc, done, err := r.rawClient(w)
+	if err != nil {
+		return err
+	}
+	defer done()
+	for r.take(ctx) {
+		t0 := time.Now()
+		if _, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}); err != nil {
+			if ctx.Err() == nil {
+				r.errs.Add(1)
+			}
+			r.ops.Add(-1)
+			continue
+		}
+		r.rec.record("create-lease", time.Since(t0))
+	}
+	return nil
+}
+
+func randomTag() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return fmt.Sprintf("%x", b)
+}
+
+// OpNames returns the operation names of a result, sorted, for printing.
+func (res *Result) OpNames() []string {
+	var ops []string
+	for op := range res.Latency {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	return ops
+}
