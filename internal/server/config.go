@@ -31,6 +31,9 @@ type Config struct {
 	GRPCAddr string
 	// MetricsAddr serves /metrics, /healthz and /readyz over HTTP; "" disables it.
 	MetricsAddr string
+	// Pprof also serves /debug/pprof/ on MetricsAddr (profiles reveal internals:
+	// keep that address private).
+	Pprof bool
 	// RaftAddr is the raft transport's address (TCP). Other members reach this
 	// node there, so it must be a concrete address, not 0.0.0.0.
 	RaftAddr string
