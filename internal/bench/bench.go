@@ -31,6 +31,12 @@ const (
 	Mixed       = "mixed"       // half uncontended cycles, half renewals
 )
 
+// setupTimeout bounds connecting and creating leases: the run's duration,
+// but at least 2s and at most 10s.
+func (r *run) setupTimeout() time.Duration {
+	return min(10*time.Second, max(2*time.Second, r.cfg.Duration))
+}
+
 // Workloads lists them, for help texts.
 var Workloads = []string{Uncontended, Contended, RenewHeavy, ManyLeases, Mixed}
 
@@ -178,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := work(ctx, w); err != nil && ctx.Err() == nil {
+			if err := work(ctx, w); err != nil {
 				errc <- err
 				cancel()
 			}
@@ -191,6 +197,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("bench %s: %w", cfg.Workload, err)
 	}
 	ops := r.ops.Load()
+	if ops == 0 {
+		return nil, fmt.Errorf("bench %s: no operation completed in %v (is the server at %v up?)", cfg.Workload, cfg.Duration, cfg.Servers)
+	}
 	return &Result{Workload: cfg.Workload, Clients: cfg.Clients, Seconds: elapsed.Seconds(), Ops: ops,
 		OpsPerSec: float64(ops) / elapsed.Seconds(), Errors: r.errs.Load(), Unit: unit, Latency: r.rec.summary()}, nil
 }
@@ -199,7 +208,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // locks and releases its own lock, or the one shared lock.
 func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 	return func(ctx context.Context, w int) error {
-		c, err := client.Dial(ctx, r.cfg.Servers, client.WithTTL(r.cfg.TTL), client.WithLockDelay(0))
+		setup, cancel := context.WithTimeout(context.Background(), r.setupTimeout())
+		defer cancel()
+		c, err := client.Dial(setup, r.cfg.Servers, client.WithTTL(r.cfg.TTL), client.WithLockDelay(0))
 		if err != nil {
 			return err
 		}
@@ -249,9 +260,11 @@ func (r *run) renewals(ctx context.Context, w int) error {
 		return err
 	}
 	defer done()
-	lease, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"})
+	setup, cancel := context.WithTimeout(context.Background(), r.setupTimeout())
+	defer cancel()
+	lease, err := fc.CreateLease(setup, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}, grpc.WaitForReady(true))
 	if err != nil {
-		return err
+		return fmt.Errorf("create a lease: %w", err)
 	}
 	defer fc.Revoke(context.WithoutCancel(ctx), &api.RevokeRequest{LeaseId: lease.LeaseId})
 	stream, err := fc.KeepAlive(ctx)

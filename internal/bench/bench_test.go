@@ -77,3 +77,13 @@ func runBounded(t *testing.T, cfg Config) *Result {
 		return nil
 	}
 }
+
+func TestUnreachableServerIsAnError(t *testing.T) {
+	for _, w := range []string{Uncontended, RenewHeavy} {
+		_, err := Run(context.Background(), Config{Servers: []string{"127.0.0.1:1"}, Workload: w, Clients: 1,
+			Duration: 200 * time.Millisecond, MaxOps: 10, TTL: time.Second, Window: 1})
+		if err == nil {
+			t.Fatalf("%s against nothing reported success", w)
+		}
+	}
+}
