@@ -93,6 +93,7 @@ type Result struct {
 	Ops       int64              `json:"ops"`
 	OpsPerSec float64            `json:"ops_per_sec"`
 	Errors    int64              `json:"errors"`
+	FirstErr  string             `json:"first_error,omitempty"`
 	Unit      string             `json:"unit"` // what one op is
 	Latency   map[string]Latency `json:"latency"`
 }
@@ -128,22 +129,34 @@ func (r *recorder) summary() map[string]Latency {
 
 // run is the shared state of one run.
 type run struct {
-	cfg    Config
-	rec    recorder
-	ops    atomic.Int64
-	errs   atomic.Int64
-	cancel context.CancelFunc
+	cfg      Config
+	rec      recorder
+	ops      atomic.Int64
+	errs     atomic.Int64
+	firstErr atomic.Value // string
 }
 
-// take reserves one operation; false once the run's time is up or MaxOps is
-// reached (which also stops the run).
+// over reports whether the run's time is up. gRPC fails calls at the
+// deadline a moment before ctx.Err() reports it, so look at the clock too.
+func over(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(d)
+}
+
+// fail counts a failed operation and keeps the first error for the report.
+func (r *run) fail(err error) {
+	r.errs.Add(1)
+	r.firstErr.CompareAndSwap(nil, err.Error())
+}
+
+// take reserves one operation; false once the run's time is up or MaxOps
+// operations are reserved. Operations already under way finish.
 func (r *run) take(ctx context.Context) bool {
-	if ctx.Err() != nil {
+	if over(ctx) {
 		return false
 	}
 	if r.ops.Add(1) > r.cfg.MaxOps {
 		r.ops.Add(-1)
-		r.cancel()
 		return false
 	}
 	return true
@@ -156,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	r := &run{cfg: cfg, rec: recorder{hists: map[string]*hdrhistogram.Histogram{}}, cancel: cancel}
+	r := &run{cfg: cfg, rec: recorder{hists: map[string]*hdrhistogram.Histogram{}}}
 	var unit string
 	var work func(ctx context.Context, worker int) error
 	switch cfg.Workload {
@@ -200,8 +213,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if ops == 0 {
 		return nil, fmt.Errorf("bench %s: no operation completed in %v (is the server at %v up?)", cfg.Workload, cfg.Duration, cfg.Servers)
 	}
+	first, _ := r.firstErr.Load().(string)
 	return &Result{Workload: cfg.Workload, Clients: cfg.Clients, Seconds: elapsed.Seconds(), Ops: ops,
-		OpsPerSec: float64(ops) / elapsed.Seconds(), Errors: r.errs.Load(), Unit: unit, Latency: r.rec.summary()}, nil
+		OpsPerSec: float64(ops) / elapsed.Seconds(), Errors: r.errs.Load(), FirstErr: first, Unit: unit, Latency: r.rec.summary()}, nil
 }
 
 // cycles: each worker has its own client (own session and connection) and
@@ -223,15 +237,15 @@ func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 			t0 := time.Now()
 			l, err := c.Lock(ctx, name)
 			if err != nil {
-				if ctx.Err() == nil {
-					r.errs.Add(1)
+				if !over(ctx) {
+					r.fail(err)
 				}
 				r.ops.Add(-1)
 				continue
 			}
 			t1 := time.Now()
 			if err := l.Release(context.WithoutCancel(ctx)); err != nil {
-				r.errs.Add(1)
+				r.fail(err)
 			}
 			t2 := time.Now()
 			r.rec.record("lock", t1.Sub(t0))
@@ -245,7 +259,8 @@ func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 // rawClient connects straight to the API (renewals at full speed need the
 // stream itself, not the client's TTL/3 schedule).
 func (r *run) rawClient(w int) (api.FenceClient, func(), error) {
-	conn, err := grpc.NewClient(r.cfg.Servers[w%len(r.cfg.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(r.cfg.Servers[w%len(r.cfg.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true))) // calls wait for the connection (bounded by their context)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -262,7 +277,7 @@ func (r *run) renewals(ctx context.Context, w int) error {
 	defer done()
 	setup, cancel := context.WithTimeout(context.Background(), r.setupTimeout())
 	defer cancel()
-	lease, err := fc.CreateLease(setup, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}, grpc.WaitForReady(true))
+	lease, err := fc.CreateLease(setup, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"})
 	if err != nil {
 		return fmt.Errorf("create a lease: %w", err)
 	}
@@ -292,7 +307,7 @@ func (r *run) renewals(ctx context.Context, w int) error {
 				r.rec.record("renew", time.Since(t0))
 			}
 			if !resp.Ok {
-				r.errs.Add(1)
+				r.fail(errors.New("renewal answered: lease not found"))
 			}
 			<-slots
 		}
@@ -327,8 +342,8 @@ func (r *run) createLeases(ctx context.Context, w int) error {
 	for r.take(ctx) {
 		t0 := time.Now()
 		if _, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}); err != nil {
-			if ctx.Err() == nil {
-				r.errs.Add(1)
+			if !over(ctx) {
+				r.fail(err)
 			}
 			r.ops.Add(-1)
 			continue

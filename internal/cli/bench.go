@@ -52,6 +52,9 @@ load: it creates locks named bench/… and leases owned by fence-bench.`,
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "%s: %d clients, %.1fs: %d ops (%s), %.0f/s, %d errors\n",
 				res.Workload, res.Clients, res.Seconds, res.Ops, res.Unit, res.OpsPerSec, res.Errors)
+			if res.FirstErr != "" {
+				fmt.Fprintf(w, "first error: %s\n", res.FirstErr)
+			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "op\tcount\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\t")
 			for _, op := range res.OpNames() {
