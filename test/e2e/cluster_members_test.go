@@ -75,14 +75,7 @@ func TestClusterJoinAndCatchUp(t *testing.T) {
 				t.Fatalf("could not move leadership to %s (leader: %s): %v", nd.id, got, err)
 			}
 		}
-		list, err := cl.List(timeout(t, 10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		held := map[string]uint64{}
-		for _, l := range list {
-			held[l.Name] = l.Token
-		}
+		held := heldTokens(t, cl)
 		for name, tok := range grants {
 			if held[name] != tok {
 				t.Fatalf("%s as leader: %s has token %d, want %d (did not catch up)", nd.id, name, held[name], tok)

@@ -205,15 +205,7 @@ func TestClusterLeaderKills(t *testing.T) {
 			t.Errorf("grant %s got token %d, but token %d was acknowledged before it was requested", g.name, g.token, maxBefore)
 		}
 	}
-	admin := c.dial()
-	list, err := admin.List(timeout(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := map[string]uint64{}
-	for _, l := range list {
-		held[l.Name] = l.Token
-	}
+	held := heldTokens(t, c.dial())
 	kept := 0
 	for _, g := range grants {
 		switch {
@@ -260,4 +252,18 @@ func TestClusterClientFindsLeaderFromOneFollower(t *testing.T) {
 	if err := l.Release(timeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// heldTokens lists the locks through cl: name → token.
+func heldTokens(t *testing.T, cl *client.Client) map[string]uint64 {
+	t.Helper()
+	list, err := cl.List(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]uint64{}
+	for _, l := range list {
+		held[l.Name] = l.Token
+	}
+	return held
 }
