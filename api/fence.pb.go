@@ -1110,7 +1110,11 @@ func (x *GetLockResponse) GetLock() *LockInfo {
 }
 
 type ListLocksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// after: list locks whose names sort after this one (paging; "" = from the start).
+	After string `protobuf:"bytes,1,opt,name=after,proto3" json:"after,omitempty"`
+	// limit: at most this many locks (0 = the server's default, 1000; at most 10000).
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1145,9 +1149,26 @@ func (*ListLocksRequest) Descriptor() ([]byte, []int) {
 	return file_fence_proto_rawDescGZIP(), []int{21}
 }
 
+func (x *ListLocksRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListLocksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type ListLocksResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Locks         []*LockInfo            `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Locks []*LockInfo            `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	// more is true when locks after the last one listed remain: ask again with
+	// after = the last name.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1187,6 +1208,13 @@ func (x *ListLocksResponse) GetLocks() []*LockInfo {
 		return x.Locks
 	}
 	return nil
+}
+
+func (x *ListLocksResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 // LockInfo describes a lock. A lock with no holder is either waiting out its
@@ -1873,10 +1901,13 @@ const file_fence_proto_rawDesc = "" +
 	"\x0eGetLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +
 	"\x0fGetLockResponse\x12&\n" +
-	"\x04lock\x18\x01 \x01(\v2\x12.fence.v1.LockInfoR\x04lock\"\x12\n" +
-	"\x10ListLocksRequest\"=\n" +
+	"\x04lock\x18\x01 \x01(\v2\x12.fence.v1.LockInfoR\x04lock\">\n" +
+	"\x10ListLocksRequest\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"Q\n" +
 	"\x11ListLocksResponse\x12(\n" +
-	"\x05locks\x18\x01 \x03(\v2\x12.fence.v1.LockInfoR\x05locks\"\x9e\x02\n" +
+	"\x05locks\x18\x01 \x03(\v2\x12.fence.v1.LockInfoR\x05locks\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\x9e\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fholder_lease\x18\x02 \x01(\x04R\vholderLease\x12!\n" +

@@ -73,7 +73,7 @@ type FenceClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// GetLock shows a lock's holder, token and queue.
 	GetLock(ctx context.Context, in *GetLockRequest, opts ...grpc.CallOption) (*GetLockResponse, error)
-	// ListLocks shows all locks, ordered by name.
+	// ListLocks shows locks ordered by name, a page at a time.
 	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
 	// Put writes a value to the fenced key-value resource if the token is at
 	// least the highest token that key has accepted (FAILED_PRECONDITION with
@@ -273,7 +273,7 @@ type FenceServer interface {
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// GetLock shows a lock's holder, token and queue.
 	GetLock(context.Context, *GetLockRequest) (*GetLockResponse, error)
-	// ListLocks shows all locks, ordered by name.
+	// ListLocks shows locks ordered by name, a page at a time.
 	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
 	// Put writes a value to the fenced key-value resource if the token is at
 	// least the highest token that key has accepted (FAILED_PRECONDITION with

@@ -48,21 +48,28 @@ func (c *Client) Status(ctx context.Context, name string) (LockInfo, error) {
 	return lockInfo(resp.GetLock()), nil
 }
 
-// List returns every lock that is held, delayed or waited for, by name.
+// List returns every lock that is held, delayed or waited for, by name. It
+// reads page by page; a lock that changes meanwhile is listed as each page
+// saw it.
 func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
-	var resp *api.ListLocksResponse
-	err := c.retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = c.leader().ListLocks(ctx, &api.ListLocksRequest{})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fence: list locks: %w", err)
+	var out []LockInfo
+	for after := ""; ; {
+		var resp *api.ListLocksResponse
+		err := c.retry(ctx, func(ctx context.Context) (err error) {
+			resp, err = c.leader().ListLocks(ctx, &api.ListLocksRequest{After: after})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fence: list locks: %w", err)
+		}
+		for _, l := range resp.GetLocks() {
+			out = append(out, lockInfo(l))
+		}
+		if !resp.GetMore() || len(resp.GetLocks()) == 0 {
+			return out, nil
+		}
+		after = resp.GetLocks()[len(resp.GetLocks())-1].GetName()
 	}
-	out := make([]LockInfo, len(resp.GetLocks()))
-	for i, l := range resp.GetLocks() {
-		out[i] = lockInfo(l)
-	}
-	return out, nil
 }
 
 // ForceRelease is for operators: it revokes the lease holding name, which

@@ -381,3 +381,27 @@ func TestFencedPutGet(t *testing.T) {
 		t.Fatalf("get: %q %d %v", v, tok, err)
 	}
 }
+
+func TestListReadsEveryPage(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr, client.WithTTL(time.Minute))
+	const n = 1203 // more than one server page (1000)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := c.TryLock(ctxT(t, 10*time.Second), fmt.Sprintf("l/%04d", i)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	list, err := c.List(ctxT(t, 10*time.Second))
+	if err != nil || len(list) != n || list[0].Name != "l/0000" || list[n-1].Name != fmt.Sprintf("l/%04d", n-1) {
+		t.Fatalf("listed %d locks (err %v)", len(list), err)
+	}
+}

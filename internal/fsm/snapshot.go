@@ -309,13 +309,28 @@ func (s *State) Lock(name string) (LockView, bool) {
 
 // Locks returns every lock, in name order.
 func (s *State) Locks() []LockView {
+	out, _ := s.LocksAfter("", len(s.locks))
+	return out
+}
+
+// LocksAfter returns up to limit locks whose names sort after after, in name
+// order, and whether more remain.
+func (s *State) LocksAfter(after string, limit int) (page []LockView, more bool) {
 	names := slices.Sorted(maps.Keys(s.locks))
-	out := make([]LockView, 0, len(names))
+	i, found := slices.BinarySearch(names, after)
+	if found {
+		i++
+	}
+	names = names[i:]
+	if len(names) > limit {
+		names, more = names[:limit], true
+	}
+	page = make([]LockView, 0, len(names))
 	for _, name := range names {
 		v, _ := s.Lock(name)
-		out = append(out, v)
+		page = append(page, v)
 	}
-	return out
+	return page, more
 }
 
 // Get returns the value and highest accepted token of a fenced key.

@@ -280,3 +280,33 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+func TestLocksAfter(t *testing.T) {
+	s := New()
+	c := cmdCreate(1, 1)
+	s.Apply(&c)
+	for i, name := range []string{"b", "d", "a", "c", "e"} {
+		a := cmdAcquire(1, byte(10+i), name, false)
+		s.Apply(&a)
+	}
+	names := func(v []LockView) (out string) {
+		for _, l := range v {
+			out += l.Name
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		after string
+		limit int
+		want  string
+		more  bool
+	}{
+		{"", 2, "ab", true}, {"b", 2, "cd", true}, {"d", 2, "e", false}, {"bb", 10, "cde", false},
+		{"e", 2, "", false}, {"", 5, "abcde", false}, {"", 0, "", true},
+	} {
+		page, more := s.LocksAfter(tt.after, tt.limit)
+		if names(page) != tt.want || more != tt.more {
+			t.Errorf("LocksAfter(%q, %d) = %q, %v; want %q, %v", tt.after, tt.limit, names(page), more, tt.want, tt.more)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 
 	"io"
 	"log/slog"
@@ -578,5 +579,29 @@ func TestForceRelease(t *testing.T) {
 	}
 	if _, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{Name: ""}); code(err) != codes.InvalidArgument {
 		t.Fatalf("force-release without a name: %v", err)
+	}
+}
+
+func TestListLocksPages(t *testing.T) {
+	n := startNode(t, nil)
+	a := n.lease(time.Hour, "a")
+	for i := 0; i < 5; i++ {
+		if _, err := n.acquire(a, fmt.Sprintf("lock-%d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := n.cli.ListLocks(ctx(t), &api.ListLocksRequest{Limit: 2})
+	if err != nil || len(r.Locks) != 2 || !r.More || r.Locks[1].Name != "lock-1" {
+		t.Fatalf("first page: %v %v", r, err)
+	}
+	r, err = n.cli.ListLocks(ctx(t), &api.ListLocksRequest{After: "lock-3", Limit: 2})
+	if err != nil || len(r.Locks) != 1 || r.More || r.Locks[0].Name != "lock-4" {
+		t.Fatalf("last page: %v %v", r, err)
+	}
+	if _, err := n.cli.ListLocks(ctx(t), &api.ListLocksRequest{Limit: 10001}); code(err) != codes.InvalidArgument {
+		t.Fatalf("limit too high: %v", err)
+	}
+	if _, err := n.cli.ListLocks(ctx(t), &api.ListLocksRequest{After: "bad\x01"}); code(err) != codes.InvalidArgument {
+		t.Fatalf("bad after: %v", err)
 	}
 }

@@ -226,17 +226,37 @@ func (v *service) GetLock(ctx context.Context, r *api.GetLockRequest) (*api.GetL
 	return &api.GetLockResponse{Lock: info}, nil
 }
 
-func (v *service) ListLocks(ctx context.Context, _ *api.ListLocksRequest) (*api.ListLocksResponse, error) {
+// Page sizes of ListLocks.
+const (
+	defaultListLimit = 1000
+	maxListLimit     = 10000
+)
+
+func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.ListLocksResponse, error) {
+	limit := int(r.GetLimit())
+	switch {
+	case limit == 0:
+		limit = defaultListLimit
+	case limit > maxListLimit:
+		return nil, invalid("limit %d is above %d; page with after instead", limit, maxListLimit)
+	}
+	if r.GetAfter() != "" {
+		if err := name("after", r.GetAfter()); err != nil {
+			return nil, err
+		}
+	}
 	if err := v.s.linearizableRead(ctx); err != nil {
 		return nil, err
 	}
-	var out []*api.LockInfo
+	resp := &api.ListLocksResponse{}
 	v.s.replica.read(func(s *fsm.State) {
-		for _, k := range s.Locks() {
-			out = append(out, v.lockInfo(k))
+		page, more := s.LocksAfter(r.GetAfter(), limit)
+		for _, k := range page {
+			resp.Locks = append(resp.Locks, v.lockInfo(k))
 		}
+		resp.More = more
 	})
-	return &api.ListLocksResponse{Locks: out}, nil
+	return resp, nil
 }
 
 func (v *service) lockInfo(k fsm.LockView) *api.LockInfo {
