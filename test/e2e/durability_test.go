@@ -163,14 +163,10 @@ func verify(t *testing.T, n *node, grants map[string]uint64, released map[string
 	lastPut map[string]put, tried map[string]map[put]bool, maxToken uint64) uint64 {
 	t.Helper()
 	ctx := timeout(t, 20*time.Second)
-	list, err := n.cli.ListLocks(ctx, &api.ListLocksRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	held := map[string]*api.LockInfo{}
 	seen := map[uint64]string{}
 	var highest uint64
-	for _, l := range list.Locks {
+	for _, l := range listAll(t, ctx, n.cli) {
 		held[l.Name] = l
 		if other, dup := seen[l.Token]; dup {
 			t.Errorf("token %d held by both %s and %s", l.Token, other, l.Name)
@@ -214,4 +210,21 @@ func verify(t *testing.T, n *node, grants map[string]uint64, released map[string
 		t.Errorf("next token %d not above every token handed out (acknowledged max %d, held max %d)", r.Token, maxToken, highest)
 	}
 	return max(maxToken, r.Token)
+}
+
+// listAll reads every page of ListLocks.
+func listAll(t *testing.T, ctx context.Context, fc api.FenceClient) []*api.LockInfo {
+	t.Helper()
+	var all []*api.LockInfo
+	for after := ""; ; {
+		page, err := fc.ListLocks(ctx, &api.ListLocksRequest{After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page.Locks...)
+		if !page.More || len(page.Locks) == 0 {
+			return all
+		}
+		after = page.Locks[len(page.Locks)-1].Name
+	}
 }
