@@ -114,10 +114,7 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
-	acq := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId, Name: name, Wait: wait}
-	if o.lockDelay != nil {
-		acq.LockDelay = durationpb.New(*o.lockDelay)
-	}
+	acq := acquireRequest(lease.LeaseId, name, wait, &o)
 	var resp *api.AcquireResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = c.leader().Acquire(ctx, acq)

@@ -268,10 +268,7 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 			}
 			return nil, err
 		}
-		req := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name, Wait: wait}
-		if o.lockDelay != nil {
-			req.LockDelay = durationpb.New(*o.lockDelay)
-		}
+		req := acquireRequest(s.id, name, wait, o)
 		var resp *api.AcquireResponse
 		// Retries reuse the request id: a grant whose reply was lost comes back
 		// as the same grant, never a second one.
@@ -313,6 +310,15 @@ func (c *Client) undo(s *session, name string) {
 	if err == nil && resp.GetLock().GetHolderLease() == s.number {
 		c.leader().Release(ctx, &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name})
 	}
+}
+
+// acquireRequest builds an Acquire with a fresh request id (reused on retries).
+func acquireRequest(lease []byte, name string, wait bool, o *options) *api.AcquireRequest {
+	req := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease, Name: name, Wait: wait}
+	if o.lockDelay != nil {
+		req.LockDelay = durationpb.New(*o.lockDelay)
+	}
+	return req
 }
 
 func lockedError(name string, st *status.Status) error {

@@ -32,7 +32,7 @@ load: it creates locks named bench/… and leases owned by fence-bench.`,
 		Example: `  fence bench --workload uncontended --clients 64 --duration 10s
   fence bench --workload contended --clients 16 --json
   fence bench --workload renew-heavy --clients 8 --window 128 --server 127.0.0.1:7300,127.0.0.1:7310,127.0.0.1:7320`,
-		Args: cobra.NoArgs,
+		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, a := range strings.Split(g.servers, ",") {
 				if a = strings.TrimSpace(a); a != "" {

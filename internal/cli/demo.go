@@ -30,7 +30,7 @@ data lives in fence's built-in fenced key-value store; with --dsn in a
 Postgres table (fence_demo_totals, created if missing).`,
 		Example: `  fence demo
   fence demo --dsn postgres://postgres@127.0.0.1:5432/test`,
-		Args: cobra.NoArgs,
+		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			self, err := os.Executable()
 			if err != nil {
@@ -50,7 +50,7 @@ func newDemoWorker() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "demo-worker",
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := demo.Worker(cmd.Context(), cfg, cmd.InOrStdin(), cmd.OutOrStdout()); err != nil {
 				return fmt.Errorf("demo worker %s: %w", cfg.Name, err)

@@ -31,7 +31,7 @@ FENCE_LEASE is a secret: whoever has it can release the lock.`,
 		Example: `  eval "$(fence lock jobs/backup --ttl 15m)" || exit 1
   pg_dump ... && upload --fence-token "$FENCE_TOKEN"
   fence unlock`,
-		Args: cobra.ExactArgs(1),
+		Args: usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var opts []client.Option
 			if owner != "" {
@@ -84,7 +84,7 @@ another holder.`,
   ...
   fence unlock                      # uses $FENCE_LEASE
   fence unlock --lease 9f3c...      # explicit`,
-		Args: cobra.NoArgs,
+		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if lease == "" {
 				lease = os.Getenv("FENCE_LEASE")

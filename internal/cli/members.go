@@ -22,7 +22,7 @@ func newMembers(g *globals) *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use:   "ls",
 		Short: "List the members and the leader",
-		Args:  cobra.NoArgs,
+		Args:  usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				members, by, err := c.Members(ctx)
@@ -47,7 +47,7 @@ func newMembers(g *globals) *cobra.Command {
 		Use:     "add ID RAFT-ADDR",
 		Short:   "Add a voter (usually not needed: start the node with --join)",
 		Example: "  fence members add node4 10.0.0.4:7302",
-		Args:    cobra.ExactArgs(2),
+		Args:    usage(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				return c.AddMember(ctx, args[0], args[1])
@@ -57,7 +57,7 @@ func newMembers(g *globals) *cobra.Command {
 		Use:     "remove ID",
 		Short:   "Remove a member for good (stop its process afterwards)",
 		Example: "  fence members remove node4",
-		Args:    cobra.ExactArgs(1),
+		Args:    usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				return c.RemoveMember(ctx, args[0])
@@ -67,7 +67,7 @@ func newMembers(g *globals) *cobra.Command {
 		Use:     "transfer [ID]",
 		Short:   "Hand leadership to another member (the most up-to-date one if no ID)",
 		Example: "  fence members transfer node2\n  fence members transfer",
-		Args:    cobra.MaximumNArgs(1),
+		Args:    usage(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				id := ""

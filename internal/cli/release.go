@@ -27,7 +27,7 @@ call with --reason.
 A holder releases its own lock by finishing ('fence run'), 'fence unlock', or
 Lease.Release in the client library; this command is for stuck holders.`,
 		Example: `  fence release --force jobs/nightly --reason "host-7 hung, INC-2231"`,
-		Args:    cobra.ExactArgs(1),
+		Args:    usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !force {
 				return &exitError{ExitUsage, errors.New("release takes a lock away from its holder; pass --force to confirm (to release your own lock, use 'fence unlock')")}

@@ -85,6 +85,16 @@ func (g *globals) withClient(cmd *cobra.Command, fn func(ctx context.Context, c 
 	return fn(cmd.Context(), c)
 }
 
+// usage marks an argument-count error as bad usage (exit 2).
+func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &exitError{ExitUsage, fmt.Errorf("%w (see 'fence %s --help')", err, cmd.CommandPath()[len("fence "):])}
+		}
+		return nil
+	}
+}
+
 // NewRoot returns the fence command tree.
 func NewRoot() *cobra.Command {
 	g := &globals{}
@@ -135,7 +145,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if errors.As(err, &ee) {
 			return ee.code
 		}
-		if strings.HasPrefix(err.Error(), "unknown command") || strings.Contains(err.Error(), "arg(s)") {
+		// cobra has no typed error for an unknown subcommand.
+		if strings.HasPrefix(err.Error(), "unknown command") {
 			return ExitUsage
 		}
 		return ExitError

@@ -46,7 +46,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
   fence serve --data-dir /var/lib/fence --grpc-addr 127.0.0.1:8300 \
     --metrics-addr 127.0.0.1:8301 --raft-addr 127.0.0.1:8302 \
     --min-ttl 500ms --max-ttl 10m --lock-delay 0`,
-		Args: cobra.NoArgs,
+		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {

@@ -36,7 +36,7 @@ func newStatus(g *globals) *cobra.Command {
 		Use:     "status NAME",
 		Short:   "Show who holds a lock, its token, TTL left and waiters",
 		Example: "  fence status jobs/nightly\n  fence status jobs/nightly --json | jq .token",
-		Args:    cobra.ExactArgs(1),
+		Args:    usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				l, err := c.Status(ctx, args[0])
@@ -70,7 +70,7 @@ func newLs(g *globals) *cobra.Command {
 		Use:     "ls",
 		Short:   "List locks that are held, delayed or waited for",
 		Example: "  fence ls\n  fence ls --json | jq '.[] | select(.waiters > 0)'",
-		Args:    cobra.NoArgs,
+		Args:    usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				locks, err := c.List(ctx)
