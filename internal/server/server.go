@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/fencehq/fence/api"
@@ -159,7 +160,9 @@ func (s *Server) open() error {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener on %s: %w", cfg.GRPCAddr, err)
 	}
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(fsm.MaxValueLen + 64<<10))
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
+		// Clients ping every 2s to find dead connections (see client.Dial).
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
 	api.RegisterFenceServer(s.grpc, &service{s: s})
 	go s.grpc.Serve(s.grpcLis)
 
