@@ -30,7 +30,12 @@ func TestClusterPartitionLeaderProcesses(t *testing.T) {
 			leadHost = hosts[i]
 		}
 	}
-	cl := c.dial(client.WithTTL(2 * time.Second))
+	// The kept lease must outlive a failover: its holder notices the cut
+	// (a renewal unanswered for TTL/3), the majority elects (~1.3 s median,
+	// 2.3 s worst measured), and the next renewal must land before
+	// TTL − margin. A 2 s TTL does not leave that room; 6 s does.
+	const keptTTL = 6 * time.Second
+	cl := c.dial(client.WithTTL(keptTTL))
 	kept, err := cl.Lock(timeout(t, 10*time.Second), "kept")
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +84,7 @@ func TestClusterPartitionLeaderProcesses(t *testing.T) {
 	if l.Token() <= holderToken || l.Token() <= kept.Token() {
 		t.Fatalf("majority token %d not above %d and %d", l.Token(), holderToken, kept.Token())
 	}
-	time.Sleep(2 * time.Second) // a whole TTL: only renewals through the new leader keep it
+	time.Sleep(keptTTL) // a whole TTL: only renewals through the new leader keep it
 	if err := kept.Err(); err != nil {
 		t.Fatalf("a lease renewed through the majority was lost: %v", err)
 	}
