@@ -88,6 +88,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.RaftLogLevel, "raft-log-level", cfg.RaftLogLevel, "hashicorp/raft's own log level")
+	f.StringVar(&cfg.AuditFile, "audit-file", "", "append a JSON line per committed lease or lock change (grants, releases, lease starts and ends) to this file")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-addr (keep that address private)")
 	return cmd
 }

@@ -175,8 +175,10 @@ const (
 // Event is a side effect of a command, for the server (wake a waiter,
 // schedule an expiry or a lock-delay, update metrics).
 type Event struct {
-	Kind     EventKind
-	Lease    LeaseID
+	Kind  EventKind
+	Lease LeaseID
+	// Number is the lease's public number (0 only if the lease is unknown).
+	Number   uint64
 	Name     string
 	Token    uint64
 	TTL      time.Duration

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/fencehq/fence/internal/planted"
 )
 
 // Snapshot format (version 2), canonical: leases sorted by id, locks and keys
@@ -210,6 +212,14 @@ func Unmarshal(b []byte) (*State, error) {
 	}
 	if d.err != nil {
 		return nil, d.err
+	}
+	if planted.TokenRestart { // planted bug: the counter restarts from the highest token held
+		s.token = 0
+		for _, k := range s.locks {
+			if !k.holder.IsZero() {
+				s.token = max(s.token, k.token)
+			}
+		}
 	}
 	return s, nil
 }

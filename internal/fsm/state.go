@@ -3,6 +3,8 @@ package fsm
 import (
 	"slices"
 	"time"
+
+	"github.com/fencehq/fence/internal/planted"
 )
 
 // State is the whole replicated state. It is not safe for concurrent use;
@@ -139,7 +141,7 @@ func (s *State) createLease(c *Command) Result {
 		s.created[c.RequestID] = l.id
 	}
 	return Result{Code: OK, Lease: l.id, LeaseNumber: l.number, TTL: l.ttl,
-		Events: []Event{{Kind: LeaseStarted, Lease: l.id, TTL: l.ttl}}}
+		Events: []Event{{Kind: LeaseStarted, Lease: l.id, Number: l.number, TTL: l.ttl}}}
 }
 
 func (s *State) renew(c *Command) Result {
@@ -150,7 +152,7 @@ func (s *State) renew(c *Command) Result {
 	l.renewals++
 	l.renewedAt = s.clock
 	return Result{Code: OK, LeaseNumber: l.number, TTL: l.ttl,
-		Events: []Event{{Kind: LeaseRenewed, Lease: l.id, TTL: l.ttl, Renewals: l.renewals}}}
+		Events: []Event{{Kind: LeaseRenewed, Lease: l.id, Number: l.number, TTL: l.ttl, Renewals: l.renewals}}}
 }
 
 // endLease removes a lease, leaves its queues and releases its locks: at once
@@ -162,6 +164,9 @@ func (s *State) endLease(id LeaseID, expired bool) Result {
 	}
 	r := Result{Code: OK, LeaseNumber: l.number}
 	for _, name := range l.waits {
+		if planted.Regrant {
+			break // planted bug: the ended lease stays queued
+		}
 		k := s.locks[name]
 		k.waiters = slices.DeleteFunc(k.waiters, func(w waiter) bool { return w.lease == id })
 		s.forgetIfIdle(k)
@@ -170,7 +175,7 @@ func (s *State) endLease(id LeaseID, expired bool) Result {
 		k := s.locks[name]
 		k.holder, k.holderReq = LeaseID{}, RequestID{}
 		r.Released = append(r.Released, name)
-		r.Events = append(r.Events, Event{Kind: Released, Name: name, Lease: id, Token: k.token})
+		r.Events = append(r.Events, Event{Kind: Released, Name: name, Lease: id, Number: l.number, Token: k.token})
 		if expired && k.lockDelay > 0 {
 			k.delayed, k.delayFrom = true, s.clock
 			r.Events = append(r.Events, Event{Kind: DelayStarted, Name: name, Delay: k.lockDelay})
@@ -180,7 +185,7 @@ func (s *State) endLease(id LeaseID, expired bool) Result {
 	}
 	delete(s.leases, id)
 	delete(s.created, l.createReq)
-	r.Events = append(r.Events, Event{Kind: LeaseEnded, Lease: id})
+	r.Events = append(r.Events, Event{Kind: LeaseEnded, Lease: id, Number: l.number})
 	return r
 }
 
@@ -242,7 +247,7 @@ func (s *State) release(c *Command) Result {
 		return Result{Code: NotHolder, LeaseNumber: l.number}
 	}
 	r := Result{Code: OK, LeaseNumber: l.number,
-		Events: []Event{{Kind: Released, Name: k.name, Lease: l.id, Token: k.token}}}
+		Events: []Event{{Kind: Released, Name: k.name, Lease: l.id, Number: l.number, Token: k.token}}}
 	l.remember(recent{req: k.holderReq, kind: KindAcquire, token: k.token})
 	l.remember(recent{req: c.RequestID, kind: KindRelease})
 	l.holds = removeSorted(l.holds, k.name)
@@ -294,6 +299,12 @@ func (s *State) handOff(k *lock, r *Result) {
 	w := k.waiters[0]
 	k.waiters = slices.Delete(k.waiters, 0, 1)
 	l := s.leases[w.lease]
+	if l == nil && planted.Regrant { // planted bug: granted without checking the waiter's lease
+		s.token++
+		k.holder, k.holderReq, k.token, k.lockDelay = w.lease, w.req, s.token, w.lockDelay
+		r.Events = append(r.Events, Event{Kind: Granted, Lease: w.lease, Name: k.name, Token: k.token})
+		return
+	}
 	l.waits = removeSorted(l.waits, k.name)
 	s.grant(k, l, w.req, w.lockDelay, r)
 }
@@ -302,7 +313,7 @@ func (s *State) grant(k *lock, l *lease, req RequestID, delay time.Duration, r *
 	s.token++
 	k.holder, k.holderReq, k.token, k.lockDelay = l.id, req, s.token, delay
 	l.holds = insertSorted(l.holds, k.name)
-	r.Events = append(r.Events, Event{Kind: Granted, Lease: l.id, Name: k.name, Token: k.token})
+	r.Events = append(r.Events, Event{Kind: Granted, Lease: l.id, Number: l.number, Name: k.name, Token: k.token})
 }
 
 func (s *State) forgetIfIdle(k *lock) {

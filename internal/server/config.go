@@ -37,6 +37,9 @@ type Config struct {
 	// RaftAddr is the raft transport's address (TCP). Other members reach this
 	// node there, so it must be a concrete address, not 0.0.0.0.
 	RaftAddr string
+	// AuditFile, if set, receives one JSON line (AuditRecord) per applied
+	// entry that started or ended a lease or granted or released a lock.
+	AuditFile string
 	// AdminToken, if set, is required (as "authorization: Bearer <token>"
 	// metadata) on admin calls: ForceRelease, AddMember, RemoveMember,
 	// TransferLeader. If empty, admin calls are accepted only from loopback.

@@ -18,8 +18,8 @@ type replica struct {
 	state *fsm.State // guarded by mu
 
 	// applied is called with mu held for writing after each entry, with the
-	// entry's commands and their results, in log order. It must not block.
-	applied func(cmds []fsm.Command, results []fsm.Result)
+	// entry's index, commands and results, in log order. It must not block.
+	applied func(index uint64, cmds []fsm.Command, results []fsm.Result)
 	// restored is called with mu held for writing after a snapshot replaced the state.
 	restored func()
 	log      *slog.Logger
@@ -43,7 +43,7 @@ func (r *replica) Apply(l *raft.Log) any {
 	for i := range cmds {
 		results[i] = r.state.Apply(&cmds[i])
 	}
-	r.applied(cmds, results)
+	r.applied(l.Index, cmds, results)
 	return results
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -44,6 +45,8 @@ type Server struct {
 	proposer *proposer
 	lessor   *lessor
 	waiters  waiters
+	audit    *auditLog   // nil unless Config.AuditFile is set
+	led      atomic.Bool // this node has led (read only by a planted bug)
 
 	grpc     *grpc.Server
 	grpcLis  net.Listener
@@ -84,7 +87,13 @@ func (s *Server) open() error {
 		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg, gather = r, r
 	}
-	s.replica = &replica{state: fsm.New(), applied: s.applied, restored: s.waiters.wakeAll, log: s.log}
+	if cfg.AuditFile != "" {
+		var err error
+		if s.audit, err = openAudit(cfg.AuditFile); err != nil {
+			return err
+		}
+	}
+	s.replica = &replica{state: fsm.New(), applied: s.applied, restored: s.restored, log: s.log}
 	s.metrics = metrics.NewServer(reg, metrics.Gauges{
 		Leases:   s.gauge(func(st *fsm.State) int { return st.NumLeases() }),
 		Locks:    s.gauge(func(st *fsm.State) int { return st.NumLocks() }),
@@ -242,6 +251,7 @@ func (s *Server) takeOver(ctx context.Context, epoch uint64) {
 		return
 	}
 	s.replica.read(s.lessor.activate)
+	s.led.Store(true)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.announce(ctx) }()
 }
@@ -262,8 +272,23 @@ func (s *Server) announce(ctx context.Context) {
 	}
 }
 
+// restored runs on the apply path (replica locked) after a snapshot restore.
+func (s *Server) restored() {
+	s.waiters.wakeAll()
+	if s.audit != nil {
+		if err := s.audit.restored(); err != nil {
+			s.log.Error("audit file write failed", "err", err)
+		}
+	}
+}
+
 // applied runs on the apply path (replica locked) for every entry.
-func (s *Server) applied(cmds []fsm.Command, results []fsm.Result) {
+func (s *Server) applied(index uint64, cmds []fsm.Command, results []fsm.Result) {
+	if s.audit != nil {
+		if err := s.audit.entry(index, cmds, results); err != nil {
+			s.log.Error("audit file write failed", "index", index, "err", err)
+		}
+	}
 	m := s.metrics
 	for i := range results {
 		r := &results[i]
@@ -396,6 +421,9 @@ func (s *Server) Close() error {
 		}
 		if s.store != nil {
 			errs = append(errs, s.store.Close())
+		}
+		if s.audit != nil {
+			errs = append(errs, s.audit.close())
 		}
 		s.closeErr = errors.Join(errs...)
 	})

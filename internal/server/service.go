@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/planted"
 )
 
 // service implements api.FenceServer on top of a Server.
@@ -102,6 +103,10 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 		if err != nil {
 			return err
 		}
+		if planted.DeposedRenewal && v.s.led.Load() && !v.s.Ready() {
+			send(v.renewFromMemory(id, req.GetSeq())) // planted bug: a deposed leader answers
+			continue
+		}
 		if err := v.leading(); err != nil {
 			return err
 		}
@@ -128,6 +133,18 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 			send(resp)
 		}(req.GetSeq())
 	}
+}
+
+// renewFromMemory answers a renewal from this node's state without raft:
+// only the planted bug DeposedRenewal calls it.
+func (v *service) renewFromMemory(id fsm.LeaseID, seq uint64) *api.KeepAliveResponse {
+	resp := &api.KeepAliveResponse{Seq: seq}
+	v.s.replica.read(func(st *fsm.State) {
+		if l, ok := st.Lease(id); ok {
+			resp.Ok, resp.Ttl = true, durationpb.New(l.TTL)
+		}
+	})
+	return resp
 }
 
 func (v *service) Revoke(ctx context.Context, r *api.RevokeRequest) (*api.RevokeResponse, error) {

@@ -1,0 +1,13 @@
+// Package planted holds the switches of deliberately planted bugs. They exist
+// only so the chaos harness (test/chaos) can prove it catches each one. Every
+// switch is the constant false unless the binary is built with that bug's
+// tag, so a normal build compiles the buggy branches away:
+//
+//	fence_bug_regrant   Regrant: a lock is handed to a waiter whose lease has
+//	                    already ended (etcd#11456).
+//	fence_bug_token     TokenRestart: a restored node restarts the token
+//	                    counter from the highest token still held, lower than
+//	                    tokens already issued.
+//	fence_bug_deposed   DeposedRenewal: a node that led once keeps answering
+//	                    renewals from memory after it lost leadership.
+package planted
