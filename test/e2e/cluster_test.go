@@ -34,7 +34,7 @@ func newClusterAt(t *testing.T, n int, hosts []netHost, extra ...string) *cluste
 	for i := 0; i < n; i++ {
 		nd := newNode(t)
 		if hosts != nil {
-			nd = newNodeAt(t, hosts[i].ip, hosts[i].netns)
+			nd = newNodeAt(t, hosts[i].IP, hosts[i].Netns)
 		}
 		nd.id = fmt.Sprintf("n%d", i+1)
 		c.nodes = append(c.nodes, nd)
