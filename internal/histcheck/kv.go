@@ -15,6 +15,9 @@ import (
 type KVInput struct {
 	Key   string
 	Put   bool // else Get
+	// Claim (with Put) raises the key's token without changing its value:
+	// the claim step of a fenced read-modify-write.
+	Claim bool
 	Value string
 	Token uint64
 }
@@ -34,25 +37,20 @@ type kvState struct {
 	written bool
 }
 
+// put applies an accepted Put or Claim.
+func (s kvState) put(i KVInput) kvState {
+	if i.Claim {
+		return kvState{value: s.value, token: i.Token, written: s.written}
+	}
+	return kvState{value: i.Value, token: i.Token, written: true}
+}
+
 // FencedKV is the model of one fenced register per key: a Put is accepted
 // iff its token is at least the highest accepted so far; a Get returns the
 // last accepted value and its token.
 var FencedKV = porcupine.Model{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			k := op.Input.(KVInput).Key
-			if _, ok := byKey[k]; !ok {
-				keys = append(keys, k)
-			}
-			byKey[k] = append(byKey[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
+		return partitionBy(h, func(in any) string { return in.(KVInput).Key })
 	},
 	Init: func() interface{} { return kvState{} },
 	Step: func(st, in, out interface{}) (bool, interface{}) {
@@ -61,7 +59,7 @@ var FencedKV = porcupine.Model{
 		switch {
 		case i.Put && o.Unknown:
 			if accepts {
-				return true, kvState{value: i.Value, token: i.Token, written: true}
+				return true, s.put(i)
 			}
 			return true, s
 		case i.Put && o.Stale:
@@ -70,7 +68,7 @@ var FencedKV = porcupine.Model{
 			if !accepts {
 				return false, s
 			}
-			return true, kvState{value: i.Value, token: i.Token, written: true}
+			return true, s.put(i)
 		case o.Unknown:
 			return true, s
 		case !o.Found:
@@ -91,6 +89,9 @@ var FencedKV = porcupine.Model{
 			res = "not found"
 		case !i.Put:
 			res = fmt.Sprintf("%q@%d", o.Value, o.Token)
+		}
+		if i.Claim {
+			return fmt.Sprintf("claim(%s, token %d) → %s", i.Key, i.Token, res)
 		}
 		if i.Put {
 			return fmt.Sprintf("put(%s, %q, token %d) → %s", i.Key, i.Value, i.Token, res)
