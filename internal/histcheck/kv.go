@@ -13,8 +13,8 @@ import (
 
 // KVInput is one call to the fenced key-value store.
 type KVInput struct {
-	Key   string
-	Put   bool // else Get
+	Key string
+	Put bool // else Get
 	// Claim (with Put) raises the key's token without changing its value:
 	// the claim step of a fenced read-modify-write.
 	Claim bool
