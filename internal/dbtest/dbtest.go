@@ -73,29 +73,39 @@ var startCommands = map[string][]string{
 // the handle when the test ends.
 func Open(t testing.TB, db DB) *sql.DB {
 	t.Helper()
-	h, err := sql.Open(db.Driver, db.DSN)
+	h, err := Connect(db, t.Logf)
 	if err != nil {
-		t.Fatal(err)
+		if os.Getenv("FENCE_REQUIRE_DB") == "1" {
+			t.Fatal(err.Error() + " (FENCE_REQUIRE_DB=1)")
+		}
+		t.Skip(err.Error())
 	}
 	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// Connect connects to db, starting the local service if it is down (logf
+// hears how that went), and waits up to 30s for it to answer.
+func Connect(db DB, logf func(format string, args ...any)) (*sql.DB, error) {
+	h, err := sql.Open(db.Driver, db.DSN)
+	if err != nil {
+		return nil, err
+	}
 	if err := ping(h, 2*time.Second); err == nil {
-		return h
+		return h, nil
 	}
 	if args, ok := startCommands[db.Name]; ok {
 		once, _ := starts.LoadOrStore(db.Name, &sync.Once{})
 		once.(*sync.Once).Do(func() {
 			out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-			t.Logf("starting %s: %v %s", db.Name, err, out)
+			logf("starting %s: %v %s", db.Name, err, out)
 		})
 	}
 	if err := ping(h, 30*time.Second); err != nil {
-		msg := fmt.Sprintf("%s not reachable at %s: %v", db.Name, db.DSN, err)
-		if os.Getenv("FENCE_REQUIRE_DB") == "1" {
-			t.Fatal(msg + " (FENCE_REQUIRE_DB=1)")
-		}
-		t.Skip(msg)
+		h.Close()
+		return nil, fmt.Errorf("%s not reachable at %s: %v", db.Name, db.DSN, err)
 	}
-	return h
+	return h, nil
 }
 
 func ping(h *sql.DB, within time.Duration) error {

@@ -1,0 +1,124 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/fencehq/fence/internal/server"
+)
+
+// nodeAudit is one server's audit trail.
+type nodeAudit struct {
+	node    string
+	records []server.AuditRecord
+}
+
+func loadAudits(c *cluster) ([]nodeAudit, error) {
+	var out []nodeAudit
+	for _, n := range c.nodes {
+		a := nodeAudit{node: n.id}
+		if err := readLines(filepath.Join(n.dir, "audit.jsonl"), func(line []byte) error {
+			var rec server.AuditRecord
+			if err := json.Unmarshal(line, &rec); err != nil {
+				return err
+			}
+			a.records = append(a.records, rec)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// serverGrant is a grant as the servers committed it.
+type serverGrant struct {
+	index uint64
+	lock  string
+	lease uint64
+	token uint64
+}
+
+// auditCheck merges the nodes' trails by raft index and checks them from
+// the servers' point of view: every node that applied an index recorded the
+// same events; in index order, a lock is granted only while free, only to a
+// live lease, with a token above every earlier one; only the holder
+// releases; an ended lease holds nothing. It returns the grants by token.
+func auditCheck(audits []nodeAudit) (grants map[uint64]serverGrant, expiries int, vs []Violation) {
+	byIndex := map[uint64][]server.AuditEvent{}
+	from := map[uint64]string{}
+	for _, a := range audits {
+		for _, rec := range a.records {
+			if rec.Restored {
+				continue
+			}
+			prev, seen := byIndex[rec.Index]
+			if !seen {
+				byIndex[rec.Index], from[rec.Index] = rec.Events, a.node
+				continue
+			}
+			if !slices.Equal(prev, rec.Events) {
+				vs = append(vs, Violation{Check: "replicas agree", Detail: fmt.Sprintf(
+					"index %d: %s applied %v but %s applied %v", rec.Index, from[rec.Index], prev, a.node, rec.Events)})
+			}
+		}
+	}
+	indexes := make([]uint64, 0, len(byIndex))
+	for i := range byIndex {
+		indexes = append(indexes, i)
+	}
+	slices.Sort(indexes)
+
+	type lockState struct{ lease, token uint64 }
+	locks := map[string]lockState{}
+	live := map[uint64]bool{}  // leases started and not ended
+	ended := map[uint64]bool{} // leases seen ending
+	holds := map[uint64]int{}  // locks held per lease
+	grants = map[uint64]serverGrant{}
+	var maxToken uint64
+	bad := func(check string, i uint64, format string, args ...any) {
+		vs = append(vs, Violation{Check: check, Detail: fmt.Sprintf("index %d: ", i) + fmt.Sprintf(format, args...)})
+	}
+	for _, i := range indexes {
+		for _, e := range byIndex[i] {
+			switch e.Kind {
+			case "lease-started":
+				live[e.Lease] = true
+			case "lease-ended":
+				if holds[e.Lease] > 0 {
+					bad("ended lease holds nothing", i, "lease %d ended still holding %d lock(s)", e.Lease, holds[e.Lease])
+				}
+				delete(live, e.Lease)
+				ended[e.Lease] = true
+				if e.Cmd == "expire" {
+					expiries++
+				}
+			case "granted":
+				if !live[e.Lease] && (ended[e.Lease] || e.Lease == 0) {
+					bad("grant only to a live lease", i, "%s granted (token %d) to lease %d, which had already ended", e.Lock, e.Token, e.Lease)
+				}
+				if cur, held := locks[e.Lock]; held {
+					bad("one holder at a time", i, "%s granted to lease %d (token %d) while lease %d held it (token %d)", e.Lock, e.Lease, e.Token, cur.lease, cur.token)
+				}
+				if e.Token <= maxToken {
+					bad("tokens only grow", i, "%s granted token %d after token %d had been granted", e.Lock, e.Token, maxToken)
+				}
+				maxToken = max(maxToken, e.Token)
+				locks[e.Lock] = lockState{e.Lease, e.Token}
+				holds[e.Lease]++
+				grants[e.Token] = serverGrant{index: i, lock: e.Lock, lease: e.Lease, token: e.Token}
+			case "released":
+				cur, held := locks[e.Lock]
+				if !held || cur.lease != e.Lease || cur.token != e.Token {
+					bad("only the holder releases", i, "%s released by lease %d token %d; holder was %+v", e.Lock, e.Lease, e.Token, cur)
+				}
+				delete(locks, e.Lock)
+				holds[e.Lease]--
+			}
+		}
+	}
+	return grants, expiries, vs
+}

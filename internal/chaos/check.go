@@ -1,0 +1,342 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/fencehq/fence/internal/histcheck"
+)
+
+// Violation is one broken property, with the evidence.
+type Violation struct {
+	Check  string `json:"check"`
+	Detail string `json:"detail"`
+	// Ops is the smallest history found that shows it (for the models: the
+	// shortest failing prefix of the failing partition).
+	Ops []*Op `json:"ops,omitempty"`
+	// HTML is porcupine's visualisation of Ops, if a model failed.
+	HTML string `json:"html,omitempty"`
+}
+
+// porcupineTimeout bounds each partition's linearizability check; a check
+// that runs out of time is reported as inconclusive, never as a pass.
+const porcupineTimeout = 2 * time.Minute
+
+// check runs every check over the recorded operations and the audit trails.
+func check(ops []*Op, audits []nodeAudit, outDir string) *Report {
+	r := &Report{Operations: len(ops)}
+	for _, o := range ops {
+		switch {
+		case o.Kind == "acquire" && o.Outcome == OK && o.Client != "final":
+			r.Grants++
+		case o.Outcome == Stale && (o.Kind == "claim" || o.Kind == "write"):
+			r.StaleRefused.Postgres++
+		case o.Outcome == Stale && o.Kind == "kvput":
+			r.StaleRefused.KV++
+		}
+		if o.Open() {
+			r.Unknown++
+		}
+	}
+	grants, expiries, vs := auditCheck(audits)
+	r.Expiries = expiries
+	r.add(vs...)
+	r.add(grantsCommitted(ops, grants)...)
+	r.add(tokenOrder(ops)...)
+	r.add(windows(ops)...)
+	lost, lv := lostUpdates(ops)
+	r.LostUpdates = lost
+	r.add(lv...)
+	r.add(r.linearizable("lock service", histcheck.Locks.ToModel(), lockHistory(ops), outDir)...)
+	r.add(r.linearizable("postgres rows", histcheck.FencedKV, registerHistory(ops, "claim", "read", "write"), outDir)...)
+	r.add(r.linearizable("fenced key-value", histcheck.FencedKV, registerHistory(ops, "", "kvget", "kvput"), outDir)...)
+	if len(r.Violations) == 0 {
+		r.Violations = []Violation{}
+	}
+	return r
+}
+
+// grantsCommitted: every grant a worker was told of is in the servers'
+// committed history, for the same lock.
+func grantsCommitted(ops []*Op, grants map[uint64]serverGrant) []Violation {
+	var vs []Violation
+	for _, o := range ops {
+		if o.Kind != "acquire" || o.Outcome != OK {
+			continue
+		}
+		g, ok := grants[o.Token]
+		switch {
+		case !ok:
+			vs = append(vs, Violation{Check: "no acknowledged grant lost", Detail: fmt.Sprintf("token %d of %s is in no server's audit trail", o.Token, o.Lock), Ops: []*Op{o}})
+		case g.lock != o.Lock:
+			vs = append(vs, Violation{Check: "no acknowledged grant lost", Detail: fmt.Sprintf("token %d was acknowledged for %s but committed for %s", o.Token, o.Lock, g.lock), Ops: []*Op{o}})
+		}
+	}
+	return vs
+}
+
+// tokenOrder: across all locks, a grant that returned before another was
+// called has the lower token (one global counter, in real-time order).
+func tokenOrder(ops []*Op) []Violation {
+	var acq []*Op
+	for _, o := range ops {
+		if o.Kind == "acquire" && o.Outcome == OK {
+			acq = append(acq, o)
+		}
+	}
+	byReturn := append([]*Op(nil), acq...)
+	sort.Slice(byReturn, func(i, j int) bool { return byReturn[i].Return < byReturn[j].Return })
+	sort.Slice(acq, func(i, j int) bool { return acq[i].Call < acq[j].Call })
+	var vs []Violation
+	var best *Op // the highest token among grants returned before the current call
+	k := 0
+	seen := map[uint64]*Op{}
+	for _, o := range acq {
+		for ; k < len(byReturn) && byReturn[k].Return < o.Call; k++ {
+			if best == nil || byReturn[k].Token > best.Token {
+				best = byReturn[k]
+			}
+		}
+		if best != nil && o.Token <= best.Token {
+			vs = append(vs, Violation{Check: "tokens only grow", Detail: fmt.Sprintf("%s got token %d after %s had got token %d", o.Lock, o.Token, best.Lock, best.Token), Ops: []*Op{best, o}})
+		}
+		if p := seen[o.Token]; p != nil {
+			vs = append(vs, Violation{Check: "no token granted twice", Detail: fmt.Sprintf("token %d granted for %s and for %s", o.Token, p.Lock, o.Lock), Ops: []*Op{p, o}})
+		}
+		seen[o.Token] = o
+	}
+	return vs
+}
+
+// window is the time a worker believed it held a lock: from the grant's
+// return until the lease deadline it last believed, or until it called
+// release, whichever came first.
+type window struct {
+	lock       string
+	token      uint64
+	start, end int64
+	ops        []*Op
+}
+
+// windows: no two workers believed they held the same lock at the same
+// time. The client's deadline counts from when it sent its last successful
+// renewal, minus a margin, so this holds whenever every leader kept its
+// promises — a deposed leader that acknowledged a renewal breaks it.
+func windows(ops []*Op) []Violation {
+	byGrant := map[string]*window{}
+	var ws []*window
+	for _, o := range ops {
+		if o.Kind == "acquire" && o.Outcome == OK && o.Client != "final" {
+			w := &window{lock: o.Lock, token: o.Token, start: o.Return, end: o.ValidUntil, ops: []*Op{o}}
+			byGrant[o.Lock+"/"+strconv.FormatUint(o.Token, 10)] = w
+			ws = append(ws, w)
+		}
+	}
+	for _, o := range ops {
+		w := byGrant[o.Lock+"/"+strconv.FormatUint(o.Token, 10)]
+		if w == nil || o.Kind == "acquire" {
+			continue
+		}
+		switch {
+		case o.Kind == "release":
+			w.end = min(w.end, o.Call)
+			w.ops = append(w.ops, o)
+		case o.ValidUntil > w.end:
+			w.end = o.ValidUntil
+			w.ops = append(w.ops, o)
+		}
+	}
+	byLock := map[string][]*window{}
+	for _, w := range ws {
+		byLock[w.lock] = append(byLock[w.lock], w)
+	}
+	var vs []Violation
+	for _, lw := range byLock {
+		sort.Slice(lw, func(i, j int) bool { return lw[i].start < lw[j].start })
+		var open *window // the window reaching furthest so far
+		for _, w := range lw {
+			if open != nil && w.start < open.end && w.end > w.start {
+				vs = append(vs, Violation{Check: "validity windows never overlap",
+					Detail: fmt.Sprintf("%s: token %d believed valid until %.3fs while token %d was granted at %.3fs (overlap %v)",
+						w.lock, open.token, sec(open.end), w.token, sec(w.start), time.Duration(open.end-w.start)),
+					Ops: append(append([]*Op(nil), open.ops...), w.ops...)})
+			}
+			if open == nil || w.end > open.end {
+				open = w
+			}
+		}
+	}
+	return vs
+}
+
+func sec(ns int64) float64 { return float64(ns) / 1e9 }
+
+// lostUpdates: each acknowledged write of a row stores the value it read
+// plus one; two acknowledged writes of the same value to the same row mean
+// one increment was overwritten.
+func lostUpdates(ops []*Op) (int, []Violation) {
+	first := map[string]*Op{}
+	lost := 0
+	var vs []Violation
+	for _, o := range ops {
+		if o.Kind != "write" || o.Outcome != OK {
+			continue
+		}
+		k := o.Lock + "=" + o.Value
+		if p := first[k]; p != nil {
+			lost++
+			if len(vs) < 10 {
+				vs = append(vs, Violation{Check: "no acknowledged write lost", Detail: fmt.Sprintf("row %s: value %s written by token %d and again by token %d: one increment was lost", o.Lock, o.Value, p.Token, o.Token), Ops: []*Op{p, o}})
+			}
+			continue
+		}
+		first[k] = o
+	}
+	return lost, vs
+}
+
+// history is a porcupine history with the recorded operation behind each entry.
+type history struct {
+	ops     []porcupine.Operation
+	orig    []*Op
+	clients map[string]int
+}
+
+func (h *history) add(o *Op, in, out any) {
+	if h.clients == nil {
+		h.clients = map[string]int{}
+	}
+	id, ok := h.clients[o.Client]
+	if !ok {
+		id = len(h.clients)
+		h.clients[o.Client] = id
+	}
+	ret := o.Return
+	if o.Open() {
+		ret = math.MaxInt64
+	}
+	h.ops = append(h.ops, porcupine.Operation{ClientId: id, Call: o.Call, Return: ret, Input: in, Output: out})
+	h.orig = append(h.orig, o)
+}
+
+func lockHistory(ops []*Op) *history {
+	h := &history{}
+	for _, o := range ops {
+		unknown := o.Open()
+		switch o.Kind {
+		case "acquire":
+			h.add(o, histcheck.LockInput{Name: o.Lock, Op: histcheck.Acquire}, histcheck.LockOutput{Unknown: unknown, OK: o.Outcome == OK, Token: o.Token})
+		case "release":
+			h.add(o, histcheck.LockInput{Name: o.Lock, Op: histcheck.Release, Token: o.Token}, histcheck.LockOutput{Unknown: unknown, OK: o.Outcome == OK})
+		case "status":
+			h.add(o, histcheck.LockInput{Name: o.Lock, Op: histcheck.Status}, histcheck.LockOutput{Unknown: unknown, Token: o.Token})
+		}
+	}
+	return h
+}
+
+// registerHistory maps a resource's operations onto the fenced register
+// model. Postgres rows start as value 0 with fence 0 (an initial write).
+func registerHistory(ops []*Op, claim, read, write string) *history {
+	h := &history{}
+	initial := map[string]bool{}
+	for _, o := range ops {
+		if o.Kind != claim && o.Kind != read && o.Kind != write {
+			continue
+		}
+		if claim != "" && !initial[o.Lock] {
+			initial[o.Lock] = true
+			h.add(&Op{Client: "init", Kind: write, Lock: o.Lock, Value: "0", Call: -2, Return: -1, Outcome: OK},
+				histcheck.KVInput{Key: o.Lock, Put: true, Value: "0"}, histcheck.KVOutput{})
+		}
+		unknown := o.Open()
+		switch o.Kind {
+		case claim:
+			h.add(o, histcheck.KVInput{Key: o.Lock, Put: true, Claim: true, Token: o.Token}, histcheck.KVOutput{Unknown: unknown, Stale: o.Outcome == Stale, Token: o.Highest})
+		case write:
+			h.add(o, histcheck.KVInput{Key: o.Lock, Put: true, Value: o.Value, Token: o.Token}, histcheck.KVOutput{Unknown: unknown, Stale: o.Outcome == Stale, Token: o.Highest})
+		case read:
+			h.add(o, histcheck.KVInput{Key: o.Lock}, histcheck.KVOutput{Unknown: unknown, Found: o.Outcome == OK, Value: o.Value, Token: o.Token})
+		}
+	}
+	return h
+}
+
+// linearizable checks h against model, partition by partition. For a
+// failing partition it finds the shortest failing prefix (by call time) and
+// writes porcupine's visualisation of it.
+func (r *Report) linearizable(name string, model porcupine.Model, h *history, outDir string) []Violation {
+	parts := [][]int{}
+	{
+		idx := map[string]int{}
+		for i, o := range h.orig {
+			k, ok := idx[o.Lock]
+			if !ok {
+				k = len(parts)
+				idx[o.Lock] = k
+				parts = append(parts, nil)
+			}
+			parts[k] = append(parts[k], i)
+		}
+	}
+	var vs []Violation
+	for _, part := range parts {
+		ops := make([]porcupine.Operation, len(part))
+		orig := make([]*Op, len(part))
+		for j, i := range part {
+			ops[j], orig[j] = h.ops[i], h.orig[i]
+		}
+		res, _ := porcupine.CheckOperationsVerbose(model, ops, porcupineTimeout)
+		switch res {
+		case porcupine.Ok:
+			continue
+		case porcupine.Unknown:
+			r.Inconclusive = append(r.Inconclusive, fmt.Sprintf("%s %s: %d operations, no answer within %v", name, orig[0].Lock, len(ops), porcupineTimeout))
+			continue
+		}
+		n := shortestFailingPrefix(model, ops)
+		_, info := porcupine.CheckOperationsVerbose(model, ops[:n], porcupineTimeout)
+		v := Violation{Check: name + " is linearizable", Detail: fmt.Sprintf("%s: the first %d of %d operations already admit no legal order", orig[0].Lock, n, len(ops)), Ops: orig[:n]}
+		path := filepath.Join(outDir, fmt.Sprintf("violation-%s-%s.html", slug(name), orig[0].Lock))
+		if f, err := os.Create(path); err == nil {
+			if porcupine.Visualize(model, info, f) == nil {
+				v.HTML = path
+			}
+			f.Close()
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// shortestFailingPrefix binary-searches the shortest prefix (ops are sorted
+// by call time) that is not linearizable; the whole history is.
+func shortestFailingPrefix(model porcupine.Model, ops []porcupine.Operation) int {
+	lo, hi := 1, len(ops)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if porcupine.CheckOperationsTimeout(model, ops[:mid], porcupineTimeout) == porcupine.Illegal {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return hi
+}
+
+func slug(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,311 @@
+// Package chaos is fence's fault-injection harness: real server processes
+// in network namespaces, real worker processes using the public client and
+// the fencing package against PostgreSQL, a seeded schedule of pauses,
+// kills, partitions and clock shifts, and checks of every recorded history
+// (porcupine models of the lock service and of each fenced resource, the
+// servers' audit trails, and the workers' validity windows).
+//
+// Entry points: `go run ./test/chaos` (or `make chaos`) for long runs, and
+// the short run in test/chaos's tests.
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencehq/fence/client"
+)
+
+// Config configures a run.
+type Config struct {
+	Duration time.Duration // how long faults are injected
+	Seed     uint64        // fixes the fault schedule and the workers' choices
+	Servers  int           // 3 (a cluster) or 1 (the single-node mode)
+	Workers  int
+	Locks    int
+	TTL      time.Duration // the workers' lease TTL
+	// Fencing false is the control run: workers write the row without the
+	// token check, and the checks must find lost updates.
+	Fencing bool
+	Faults  []string // default AllFaults
+	// FenceBinary is the fence executable the servers run.
+	FenceBinary string
+	// WorkerCommand starts a worker: the harness adds WorkerEnv to its
+	// environment (see RunWorkerFromEnv).
+	WorkerCommand []string
+	PostgresURL   string
+	// OutDir receives histories, logs, audit files and, on a violation, the
+	// evidence. It must exist.
+	OutDir string
+	Log    io.Writer // progress lines; nil discards them
+}
+
+func (c *Config) defaults() error {
+	if c.Servers == 0 {
+		c.Servers = 3
+	}
+	if c.Workers == 0 {
+		c.Workers = 8
+	}
+	if c.Locks == 0 {
+		c.Locks = 3
+	}
+	if c.TTL == 0 {
+		c.TTL = 1500 * time.Millisecond
+	}
+	if c.Faults == nil {
+		c.Faults = AllFaults
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	switch {
+	case c.Servers != 1 && c.Servers != 3 && c.Servers != 5:
+		return fmt.Errorf("chaos: %d servers: use 1, 3 or 5", c.Servers)
+	case c.Duration <= 0:
+		return fmt.Errorf("chaos: duration %v must be positive", c.Duration)
+	case c.TTL < 500*time.Millisecond:
+		return fmt.Errorf("chaos: TTL %v below the servers' minimum 500ms", c.TTL)
+	case c.FenceBinary == "" || len(c.WorkerCommand) == 0 || c.PostgresURL == "" || c.OutDir == "":
+		return fmt.Errorf("chaos: FenceBinary, WorkerCommand, PostgresURL and OutDir are required")
+	}
+	for _, f := range c.Faults {
+		if !contains(AllFaults, f) {
+			return fmt.Errorf("chaos: unknown fault %q (known: %v)", f, AllFaults)
+		}
+	}
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+type workerProc struct {
+	cfg  WorkerConfig
+	p    *proc
+	lock sync.Mutex // held while a fault acts on this worker
+}
+
+type harness struct {
+	cfg     Config
+	cl      *cluster
+	db      *sql.DB
+	table   string
+	workers []*workerProc
+}
+
+// Run performs one chaos run and checks it. An error means the run could
+// not be carried out; violations are in the Report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	h := &harness{cfg: cfg}
+	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, "chaos: "+format+"\n", args...) }
+	logf("seed %d: %d servers, %d workers, %d locks, TTL %v, fencing %v, %v of faults %v",
+		cfg.Seed, cfg.Servers, cfg.Workers, cfg.Locks, cfg.TTL, cfg.Fencing, cfg.Duration, cfg.Faults)
+
+	if err := h.createTable(ctx); err != nil {
+		return nil, err
+	}
+	defer h.dropTable()
+	var err error
+	if h.cl, err = newCluster(cfg.Servers, cfg.FenceBinary, cfg.OutDir); err != nil {
+		return nil, err
+	}
+	defer h.cl.close()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = h.cl.waitLeader(wctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	for i := range cfg.Workers {
+		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.cl.addrs(), PostgresURL: cfg.PostgresURL,
+			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing,
+			History: filepath.Join(cfg.OutDir, fmt.Sprintf("w%d.history", i+1)), Seed: cfg.Seed*1000 + uint64(i)}}
+		if err := h.startWorker(w, 0); err != nil {
+			return nil, err
+		}
+		h.workers = append(h.workers, w)
+	}
+	start := Mono()
+	logf("cluster up, workers running; injecting faults for %v", cfg.Duration)
+
+	faultLog, err := os.Create(filepath.Join(cfg.OutDir, "faults.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer faultLog.Close()
+	f := &faulter{h: h, log: faultLog, enabled: map[string]bool{}, counts: FaultCounts{WorkerPauses: map[string]int{}}}
+	for _, k := range cfg.Faults {
+		f.enabled[k] = true
+	}
+	fctx, stop := context.WithTimeout(ctx, cfg.Duration)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); f.workerLoop(fctx, rand.New(rand.NewPCG(cfg.Seed, 1)), &wg) }()
+	go func() { defer wg.Done(); f.serverLoop(fctx, rand.New(rand.NewPCG(cfg.Seed, 2))) }()
+	wg.Wait()
+	stop()
+
+	logf("faults stopped; healing, restarting what is down, stopping workers")
+	if err := h.heal(ctx); err != nil {
+		return nil, err
+	}
+	for _, w := range h.workers {
+		w.p.stop(4*cfg.TTL + 10*time.Second)
+	}
+	final, err := h.finalOps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.cl.stop()
+	end := Mono()
+
+	ops, err := loadHistories(cfg.OutDir)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, final...)
+	audits, err := loadAudits(h.cl)
+	if err != nil {
+		return nil, err
+	}
+	r := check(ops, audits, cfg.OutDir)
+	r.Seed, r.Duration, r.Faults, r.Elapsed = cfg.Seed, cfg.Duration, f.counts, time.Duration(end-start)
+	r.Fencing = cfg.Fencing
+	b, _ := json.MarshalIndent(r, "", "  ")
+	if err := os.WriteFile(filepath.Join(cfg.OutDir, "report.json"), b, 0o644); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// startWorker (re)starts a worker process as its next incarnation.
+func (h *harness) startWorker(w *workerProc, shift time.Duration) error {
+	w.cfg.Incarnation++
+	env, err := json.Marshal(w.cfg)
+	if err != nil {
+		return err
+	}
+	p, err := startProc(w.cfg.ID, shifted(shift, h.cfg.WorkerCommand), []string{WorkerEnv + "=" + string(env), "GOMAXPROCS=1"},
+		filepath.Join(h.cfg.OutDir, w.cfg.ID+".log"))
+	if err != nil {
+		return err
+	}
+	w.p = p
+	return nil
+}
+
+// heal waits for every fault to be undone (the loops undo their own on
+// exit), restarts dead servers and workers' pauses, and waits for a leader.
+func (h *harness) heal(ctx context.Context) error {
+	for _, n := range h.cl.nodes {
+		if p := n.proc(); p == nil || !p.alive() {
+			if err := n.start(0); err != nil {
+				return err
+			}
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := h.cl.waitLeader(wctx)
+	return err
+}
+
+func (h *harness) createTable(ctx context.Context) error {
+	var err error
+	if h.db, err = sql.Open("pgx", h.cfg.PostgresURL); err != nil {
+		return err
+	}
+	b := make([]byte, 4)
+	for i := range b {
+		b[i] = byte(rand.IntN(256))
+	}
+	h.table = "chaos_" + hex.EncodeToString(b)
+	if _, err := h.db.ExecContext(ctx, "CREATE TABLE "+h.table+" (id BIGINT PRIMARY KEY, value BIGINT NOT NULL, fence BIGINT NOT NULL DEFAULT 0)"); err != nil {
+		return fmt.Errorf("chaos: create table: %w", err)
+	}
+	for i := range h.cfg.Locks {
+		if _, err := h.db.ExecContext(ctx, "INSERT INTO "+h.table+" (id, value) VALUES ($1, 0)", i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *harness) dropTable() {
+	_, _ = h.db.Exec("DROP TABLE IF EXISTS " + h.table)
+	h.db.Close()
+}
+
+// finalOps reads every lock, row and key once the faults are over, and
+// takes each lock once (a lock nobody can take is a violation), recorded
+// like a worker's operations under the client "final".
+func (h *harness) finalOps(ctx context.Context) ([]*Op, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cl, err := client.Dial(dctx, h.cl.addrs(), client.WithTTL(5*time.Second), client.WithOwner("chaos-final"))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var ops []*Op
+	seq := 0
+	rec := func(kind, lock string, call int64, token uint64, value, outcome string, err error) {
+		seq++
+		o := &Op{Client: "final", Seq: seq, Kind: kind, Lock: lock, Token: token, Value: value, Call: call, Return: Mono(), Outcome: outcome}
+		if err != nil {
+			o.Err = err.Error()
+		}
+		ops = append(ops, o)
+	}
+	for i := range h.cfg.Locks {
+		name := "lock-" + strconv.Itoa(i)
+		call := Mono()
+		var value, fence int64
+		if err := h.db.QueryRowContext(ctx, "SELECT value, fence FROM "+h.table+" WHERE id = $1", i).Scan(&value, &fence); err != nil {
+			return nil, err
+		}
+		rec("read", name, call, uint64(fence), strconv.FormatInt(value, 10), OK, nil)
+
+		call = Mono()
+		v, tok, err := cl.Get(dctx, name)
+		if err != nil {
+			rec("kvget", name, call, 0, "", Fail, err)
+		} else {
+			rec("kvget", name, call, tok, string(v), OK, nil)
+		}
+
+		call = Mono()
+		lctx, lcancel := context.WithTimeout(ctx, 4*h.cfg.TTL+10*time.Second)
+		l, err := cl.Lock(lctx, name)
+		lcancel()
+		if err != nil {
+			rec("acquire", name, call, 0, "", Fail, err)
+			continue
+		}
+		rec("acquire", name, call, l.Token(), "", OK, nil)
+		call = Mono()
+		err = l.Release(dctx)
+		rec("release", name, call, l.Token(), "", map[bool]string{true: OK, false: Unknown}[err == nil], err)
+	}
+	return ops, nil
+}
