@@ -103,7 +103,11 @@ func (f *faulter) workerLoop(ctx context.Context, rng *rand.Rand, wg *sync.WaitG
 		if !w.lock.TryLock() { // already under a fault
 			continue
 		}
-		switch kind := pick(rng, kinds); kind {
+		kind := pick(rng, kinds)
+		if f.enabled[FaultPauseWorker] && rng.IntN(2) == 0 {
+			kind = FaultPauseWorker // pauses are what fencing is for: half of all worker faults
+		}
+		switch kind {
 		case FaultPauseWorker:
 			factor := pick(rng, []float64{0.5, 1.5, 5})
 			d := time.Duration(factor * float64(ttl))

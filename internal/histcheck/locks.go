@@ -71,8 +71,11 @@ var Locks = porcupine.NondeterministicModel{
 			}
 			return []any{free}
 		case i.Op == Release:
+			// Refused: the lease had ended on the server, or the client
+			// already gave it up locally (its deadline comes first) and never
+			// asked. Either way the release did nothing.
 			if s.holder == i.Token && !s.unknown {
-				return []any{free} // refused: its lease had expired
+				return []any{s, free}
 			}
 			return []any{s}
 		case o.Unknown:

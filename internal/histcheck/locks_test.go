@@ -47,6 +47,11 @@ func TestLocks(t *testing.T) {
 			lockOp(0, 2, 3, Release, 1, refused),
 			lockOp(1, 4, 5, Status, 0, LockOutput{}),
 		}, true},
+		{"release refused locally while the server still holds it", []porcupine.Operation{
+			lockOp(0, 0, 1, Acquire, 0, granted(1)),
+			lockOp(0, 2, 3, Release, 1, refused),
+			lockOp(1, 4, 5, Status, 0, LockOutput{Token: 1}),
+		}, true},
 		{"a read of a holder that was replaced", []porcupine.Operation{
 			lockOp(0, 0, 1, Acquire, 0, granted(1)),
 			lockOp(1, 2, 3, Acquire, 0, granted(2)),
