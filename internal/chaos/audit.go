@@ -97,7 +97,10 @@ func auditCheck(audits []nodeAudit) (grants map[uint64]serverGrant, expiries int
 					expiries++
 				}
 			case "granted":
-				if !live[e.Lease] && (ended[e.Lease] || e.Lease == 0) {
+				switch {
+				case e.Lease == 0:
+					bad("grant only to a live lease", i, "%s granted (token %d) to a lease that no longer exists", e.Lock, e.Token)
+				case !live[e.Lease] && ended[e.Lease]:
 					bad("grant only to a live lease", i, "%s granted (token %d) to lease %d, which had already ended", e.Lock, e.Token, e.Lease)
 				}
 				if cur, held := locks[e.Lock]; held {

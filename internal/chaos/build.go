@@ -12,18 +12,32 @@ import (
 type Bug struct {
 	Tag    string
 	Faults []string
-	Caught string // the Violation.Check expected
+	Locks  int    // 0: the default
+	Caught []string // the Violation.Check expected (any of them)
 }
 
 // Bugs are the planted bugs by name.
 var Bugs = map[string]Bug{
-	// A waiter paused past its TTL ends its lease while queued; the bug
-	// still hands it the lock.
-	"regrant": {Tag: "fence_bug_regrant", Faults: []string{FaultPauseWorker}, Caught: "grant only to a live lease"},
-	// Restarted nodes restore a snapshot and count tokens from too low.
-	"token": {Tag: "fence_bug_token", Faults: []string{FaultKillLeader, FaultKillFollower}, Caught: "tokens only grow"},
+	// A waiter paused past its TTL ends its lease while queued (one lock:
+	// long queues); the bug still hands it the lock.
+	"regrant": {Tag: "fence_bug_regrant", Faults: []string{FaultPauseWorker}, Locks: 1, Caught: []string{"grant only to a live lease"}},
+	// Restarted nodes restore a snapshot and count tokens from too low: they
+	// disagree with the others on what they replay, and grant old tokens
+	// again once they lead.
+	"token": {Tag: "fence_bug_token", Faults: []string{FaultKillLeader, FaultKillFollower},
+		Caught: []string{"tokens only grow", "replicas agree", "no token granted twice"}},
 	// A paused or cut-off leader keeps telling its clients "renewed".
-	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultPauseLeader, FaultPartition}, Caught: "validity windows never overlap"},
+	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultPauseLeader, FaultPartition}, Caught: []string{"validity windows never overlap"}},
+}
+
+// CaughtBy returns the first violated check that catches the bug, or "".
+func (b Bug) CaughtBy(r *Report) string {
+	for _, c := range r.Checks() {
+		if contains(b.Caught, c) {
+			return c
+		}
+	}
+	return ""
 }
 
 // BugNames lists Bugs' keys, sorted.

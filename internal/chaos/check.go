@@ -45,6 +45,11 @@ func check(ops []*Op, audits []nodeAudit, outDir string) *Report {
 			r.Unknown++
 		}
 	}
+	for _, o := range ops {
+		if o.Client == "final" && o.Kind == "acquire" && o.Outcome != OK {
+			r.add(Violation{Check: "every lock can be taken once the faults stop", Detail: fmt.Sprintf("%s: %s", o.Lock, o.Err), Ops: []*Op{o}})
+		}
+	}
 	grants, expiries, vs := auditCheck(audits)
 	r.Expiries = expiries
 	r.add(vs...)

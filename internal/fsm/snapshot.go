@@ -213,12 +213,10 @@ func Unmarshal(b []byte) (*State, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if planted.TokenRestart { // planted bug: the counter restarts from the highest token held
+	if planted.TokenRestart { // planted bug: the counter is rebuilt from the store's highest token
 		s.token = 0
-		for _, k := range s.locks {
-			if !k.holder.IsZero() {
-				s.token = max(s.token, k.token)
-			}
+		for _, e := range s.kv {
+			s.token = max(s.token, e.token)
 		}
 	}
 	return s, nil

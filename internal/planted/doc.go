@@ -5,9 +5,9 @@
 //
 //	fence_bug_regrant   Regrant: a lock is handed to a waiter whose lease has
 //	                    already ended (etcd#11456).
-//	fence_bug_token     TokenRestart: a restored node restarts the token
-//	                    counter from the highest token still held, lower than
-//	                    tokens already issued.
+//	fence_bug_token     TokenRestart: a restored node rebuilds the token
+//	                    counter from the highest token its fenced key-value
+//	                    store accepted, lower than tokens already issued.
 //	fence_bug_deposed   DeposedRenewal: a node that led once keeps answering
 //	                    renewals from memory after it lost leadership.
 package planted

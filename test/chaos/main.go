@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"time"
 
@@ -70,6 +69,9 @@ func main() {
 		if faults == "" {
 			cfg.Faults = b.Faults
 		}
+		if b.Locks != 0 {
+			cfg.Locks = b.Locks
+		}
 	}
 	os.Exit(run(cfg, bug, tags))
 }
@@ -112,11 +114,11 @@ func run(cfg chaos.Config, bug string, tags []string) int {
 	r.Print(os.Stdout)
 	switch {
 	case bug != "":
-		if slices.Contains(r.Checks(), chaos.Bugs[bug].Caught) {
-			fmt.Printf("planted bug %q caught by %q\n", bug, chaos.Bugs[bug].Caught)
+		if by := chaos.Bugs[bug].CaughtBy(r); by != "" {
+			fmt.Printf("planted bug %q caught by %q\n", bug, by)
 			return 0
 		}
-		fmt.Printf("planted bug %q NOT caught (expected a %q violation)\n", bug, chaos.Bugs[bug].Caught)
+		fmt.Printf("planted bug %q NOT caught (expected a violation of %q)\n", bug, chaos.Bugs[bug].Caught)
 	case !cfg.Fencing:
 		if r.LostUpdates > 0 {
 			fmt.Printf("control run: without fencing, %d updates were lost, as expected\n", r.LostUpdates)

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencehq/fence/internal/chaos"
+	"github.com/fencehq/fence/internal/dbtest"
+	"github.com/fencehq/fence/internal/netlab"
+)
+
+// TestMain lets this test binary serve as the harness's worker process.
+func TestMain(m *testing.M) {
+	if os.Getenv(chaos.WorkerEnv) != "" {
+		if err := chaos.RunWorkerFromEnv(); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runChaos carries out one run; the output directory is kept (and named)
+// when the test fails.
+func runChaos(t *testing.T, cfg chaos.Config, tags ...string) *chaos.Report {
+	t.Helper()
+	if err := netlab.Available(); err != nil {
+		if os.Getenv("FENCE_REQUIRE_NETNS") == "1" {
+			t.Fatal(err.Error() + " (FENCE_REQUIRE_NETNS=1)")
+		}
+		t.Skip(err)
+	}
+	dbtest.Open(t, dbtest.Postgres()) // starts PostgreSQL if it is down
+	dir, err := os.MkdirTemp("", "fence-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("histories, logs and evidence kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	if cfg.FenceBinary, err = chaos.BuildFence(dir, tags...); err != nil {
+		t.Fatal(err)
+	}
+	cfg.WorkerCommand = []string{os.Args[0]}
+	cfg.PostgresURL = dbtest.Postgres().DSN
+	cfg.OutDir = dir
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	var log strings.Builder
+	cfg.Log = &log
+	r, err := chaos.Run(context.Background(), cfg)
+	t.Log(strings.TrimSpace(log.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum strings.Builder
+	r.Print(&sum)
+	t.Log("\n" + sum.String())
+	return r
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return d
+	}
+	return def
+}
+
+// TestChaos is the short run CI does every time: every fault, three
+// servers, and no violation allowed. FENCE_CHAOS_DURATION and
+// FENCE_CHAOS_SEED override its length and seed.
+func TestChaos(t *testing.T) {
+	var seed uint64
+	if v := os.Getenv("FENCE_CHAOS_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runChaos(t, chaos.Config{Duration: envDuration(t, "FENCE_CHAOS_DURATION", 60*time.Second), Seed: seed, Fencing: true})
+	if len(r.Violations) > 0 || len(r.Inconclusive) > 0 {
+		t.Fatalf("seed %d: %d violations (%s), %d inconclusive checks", r.Seed, len(r.Violations), strings.Join(r.Checks(), "; "), len(r.Inconclusive))
+	}
+	if r.Grants == 0 || r.Expiries == 0 {
+		t.Fatalf("the run did too little to prove anything: %d grants, %d expiries", r.Grants, r.Expiries)
+	}
+	if r.StaleRefused.Postgres+r.StaleRefused.KV == 0 {
+		t.Fatalf("seed %d: no stale write was refused: no pause landed between a holder's check and its write", r.Seed)
+	}
+}
+
+// TestChaosControl turns fencing off: the same pauses must now lose updates,
+// or the harness could not see what fencing prevents.
+func TestChaosControl(t *testing.T) {
+	r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: false, Faults: []string{chaos.FaultPauseWorker}})
+	if r.LostUpdates == 0 {
+		t.Fatalf("seed %d: without fencing no update was lost: the harness cannot see the failure fencing prevents", r.Seed)
+	}
+}
+
+// TestChaosPlantedBugs runs servers built with each planted bug: the
+// harness must catch every one.
+func TestChaosPlantedBugs(t *testing.T) {
+	for _, name := range chaos.BugNames() {
+		t.Run(name, func(t *testing.T) {
+			b := chaos.Bugs[name]
+			r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: true, Faults: b.Faults, Locks: b.Locks}, b.Tag)
+			if by := b.CaughtBy(r); by == "" {
+				t.Fatalf("seed %d: planted bug %q not caught; want a violation of %q, got %q", r.Seed, name, b.Caught, r.Checks())
+			} else {
+				t.Logf("planted bug %q caught by %q", name, by)
+			}
+		})
+	}
+}
