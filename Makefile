@@ -1,6 +1,9 @@
 # Convenience targets. The README's commands work without make.
 
-.PHONY: test ci chaos fuzz bench
+.PHONY: test ci chaos chaos-proof chaos-e2e fuzz bench
+
+CHAOS_DURATION ?= 10m
+CHAOS_SEED ?= $(shell date +%s)
 
 test:           ## the README's test command
 	go test ./...
@@ -8,7 +11,16 @@ test:           ## the README's test command
 ci:             ## what CI runs
 	.ci/run
 
-chaos:          ## long fault runs: 50 leader kills under load, 100 single-node kill -9 rounds
+chaos:          ## the fault harness for CHAOS_DURATION (10m) with CHAOS_SEED (printed; replays the schedule)
+	go run ./test/chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED)
+
+chaos-proof:    ## the harness sees failure: the control run loses updates, each planted bug is caught
+	go run ./test/chaos --duration 30s --fencing=false --faults pause-worker
+	go run ./test/chaos --duration 30s --bug regrant
+	go run ./test/chaos --duration 30s --bug token
+	go run ./test/chaos --duration 30s --bug deposed
+
+chaos-e2e:      ## long e2e fault runs: 50 leader kills under load, 100 single-node kill -9 rounds
 	FENCE_E2E_LEADER_KILLS=50 FENCE_E2E_KILLS=100 go test ./test/e2e -run 'TestClusterLeaderKills|TestKill9Durability' -count 1 -v -timeout 60m
 
 fuzz:           ## a minute per fuzz target

@@ -12,7 +12,7 @@ import (
 type Bug struct {
 	Tag    string
 	Faults []string
-	Locks  int    // 0: the default
+	Locks  int      // 0: the default
 	Caught []string // the Violation.Check expected (any of them)
 }
 
