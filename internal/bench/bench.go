@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
-	"github.com/fencehq/fence/client"
 )
 
 // Workloads.
@@ -42,6 +41,8 @@ var Workloads = []string{Uncontended, Contended, RenewHeavy, ManyLeases, Mixed}
 
 // Config is one run.
 type Config struct {
+	// Target is the system under load; nil means fence at Servers.
+	Target   Target
 	Servers  []string
 	Workload string
 	Clients  int           // concurrent workers
@@ -54,7 +55,7 @@ type Config struct {
 // Validate checks cfg.
 func (c *Config) Validate() error {
 	switch {
-	case len(c.Servers) == 0:
+	case len(c.Servers) == 0 && c.Target == nil:
 		return errors.New("no server address")
 	case c.Clients < 1 || c.Clients > 10000:
 		return fmt.Errorf("clients %d outside 1…10000", c.Clients)
@@ -87,6 +88,7 @@ type Latency struct {
 
 // Result is what a run measured.
 type Result struct {
+	System    string             `json:"system"`
 	Workload  string             `json:"workload"`
 	Clients   int                `json:"clients"`
 	Seconds   float64            `json:"seconds"`
@@ -169,6 +171,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
+	if cfg.Target == nil {
+		cfg.Target = Fence{Servers: cfg.Servers, TTL: cfg.TTL}
+	}
 	r := &run{cfg: cfg, rec: recorder{hists: map[string]*hdrhistogram.Histogram{}}}
 	var unit string
 	var work func(ctx context.Context, worker int) error
@@ -211,31 +216,31 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ops := r.ops.Load()
 	if ops == 0 {
-		return nil, fmt.Errorf("bench %s: no operation completed in %v (is the server at %v up?)", cfg.Workload, cfg.Duration, cfg.Servers)
+		return nil, fmt.Errorf("bench %s: no operation completed in %v (is %s up?)", cfg.Workload, cfg.Duration, cfg.Target.Name())
 	}
 	first, _ := r.firstErr.Load().(string)
-	return &Result{Workload: cfg.Workload, Clients: cfg.Clients, Seconds: elapsed.Seconds(), Ops: ops,
+	return &Result{System: cfg.Target.Name(), Workload: cfg.Workload, Clients: cfg.Clients, Seconds: elapsed.Seconds(), Ops: ops,
 		OpsPerSec: float64(ops) / elapsed.Seconds(), Errors: r.errs.Load(), FirstErr: first, Unit: unit, Latency: r.rec.summary()}, nil
 }
 
-// cycles: each worker has its own client (own session and connection) and
-// locks and releases its own lock, or the one shared lock.
+// cycles: each worker has its own connection and session and locks and
+// releases its own lock, or the one shared lock.
 func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 	return func(ctx context.Context, w int) error {
 		setup, cancel := context.WithTimeout(context.Background(), r.setupTimeout())
 		defer cancel()
-		c, err := client.Dial(setup, r.cfg.Servers, client.WithTTL(r.cfg.TTL), client.WithLockDelay(0))
+		lk, err := r.cfg.Target.Locker(setup, w)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer lk.Close()
 		name := fmt.Sprintf("bench/%s/%d", randomTag(), w)
 		if shared {
 			name = "bench/contended"
 		}
 		for r.take(ctx) {
 			t0 := time.Now()
-			l, err := c.Lock(ctx, name)
+			release, err := lk.Lock(ctx, name)
 			if err != nil {
 				if !over(ctx) {
 					r.fail(err)
@@ -244,7 +249,7 @@ func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 				continue
 			}
 			t1 := time.Now()
-			if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+			if err := release(context.WithoutCancel(ctx)); err != nil {
 				r.fail(err)
 			}
 			t2 := time.Now()
@@ -256,57 +261,35 @@ func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 	}
 }
 
-// rawClient connects straight to the API (renewals at full speed need the
-// stream itself, not the client's TTL/3 schedule).
-func (r *run) rawClient(w int) (api.FenceClient, func(), error) {
-	conn, err := grpc.NewClient(r.cfg.Servers[w%len(r.cfg.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true))) // calls wait for the connection (bounded by their context)
-	if err != nil {
-		return nil, nil, err
-	}
-	return api.NewFenceClient(conn), func() { conn.Close() }, nil
-}
-
-// renewals: each worker has a lease and a KeepAlive stream with Window
+// renewals: each worker has a lease and a renewal stream with Window
 // renewals in flight; latency is send → answer.
 func (r *run) renewals(ctx context.Context, w int) error {
-	fc, done, err := r.rawClient(w)
-	if err != nil {
-		return err
-	}
-	defer done()
 	setup, cancel := context.WithTimeout(context.Background(), r.setupTimeout())
 	defer cancel()
-	lease, err := fc.CreateLease(setup, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"})
-	if err != nil {
-		return fmt.Errorf("create a lease: %w", err)
-	}
-	defer fc.Revoke(context.WithoutCancel(ctx), &api.RevokeRequest{LeaseId: lease.LeaseId})
-	stream, err := fc.KeepAlive(ctx)
+	rn, err := r.cfg.Target.Renewer(setup, w)
 	if err != nil {
 		return err
 	}
+	defer rn.Close()
 	var (
 		mu   sync.Mutex
 		sent = map[uint64]time.Time{}
 	)
 	slots := make(chan struct{}, r.cfg.Window)
-	recvDone := make(chan struct{})
 	go func() {
-		defer close(recvDone)
 		for {
-			resp, err := stream.Recv()
+			seq, ok, err := rn.Recv()
 			if err != nil {
 				return
 			}
 			mu.Lock()
-			t0, ok := sent[resp.Seq]
-			delete(sent, resp.Seq)
+			t0, known := sent[seq]
+			delete(sent, seq)
 			mu.Unlock()
-			if ok {
+			if known {
 				r.rec.record("renew", time.Since(t0))
 			}
-			if !resp.Ok {
+			if !ok {
 				r.fail(errors.New("renewal answered: lease not found"))
 			}
 			<-slots
@@ -322,23 +305,31 @@ func (r *run) renewals(ctx context.Context, w int) error {
 		mu.Lock()
 		sent[seq] = time.Now()
 		mu.Unlock()
-		if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: seq}); err != nil {
+		if err := rn.Send(seq); err != nil {
 			return nil
 		}
 	}
-	stream.CloseSend()
-	<-recvDone
+	// Let the answers in flight arrive (bounded; Close ends the stream).
+	for waited := time.Now(); len(slots) > 0 && time.Since(waited) < 2*time.Second; {
+		time.Sleep(time.Millisecond)
+	}
 	return nil
 }
 
 // createLeases: each worker creates leases and keeps them (they expire after
 // the TTL), to load the server with many live leases.
 func (r *run) createLeases(ctx context.Context, w int) error {
-	fc, done, err := r.rawClient(w)
+	f, ok := r.cfg.Target.(Fence)
+	if !ok {
+		return fmt.Errorf("%s: many-leases: %w", r.cfg.Target.Name(), ErrUnsupported)
+	}
+	conn, err := grpc.NewClient(f.Servers[w%len(f.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer conn.Close()
+	fc := api.NewFenceClient(conn)
 	for r.take(ctx) {
 		t0 := time.Now()
 		if _, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}); err != nil {

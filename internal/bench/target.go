@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/client"
+)
+
+// Target is the lock service under load. fence is the default; the peers
+// module (bench/) plugs in etcd and Redis, so every system runs the same
+// loops and is measured the same way.
+type Target interface {
+	// Name names the system in reports.
+	Name() string
+	// Locker connects worker w with its own connection and session.
+	Locker(ctx context.Context, w int) (Locker, error)
+	// Renewer opens worker w's lease and renewal stream, or returns
+	// ErrUnsupported.
+	Renewer(ctx context.Context, w int) (Renewer, error)
+}
+
+// ErrUnsupported: the target has no such workload.
+var ErrUnsupported = errors.New("not supported by this target")
+
+// Locker takes and gives back locks for one worker.
+type Locker interface {
+	// Lock blocks until name is held (FIFO where the system has a queue)
+	// and returns how to release it.
+	Lock(ctx context.Context, name string) (release func(context.Context) error, err error)
+	Close() error
+}
+
+// Renewer renews one lease over one stream, with several renewals in flight.
+type Renewer interface {
+	// Send sends renewal seq.
+	Send(seq uint64) error
+	// Recv waits for the next answer: which renewal, and whether the lease lived.
+	Recv() (seq uint64, ok bool, err error)
+	Close() error
+}
+
+// Fence is the fence cluster (or server) at Servers.
+type Fence struct {
+	Servers []string
+	TTL     time.Duration
+}
+
+// Name returns "fence".
+func (f Fence) Name() string { return "fence" }
+
+// Locker dials a client of its own (own connection, own session).
+func (f Fence) Locker(ctx context.Context, _ int) (Locker, error) {
+	c, err := client.Dial(ctx, f.Servers, client.WithTTL(f.TTL), client.WithLockDelay(0))
+	if err != nil {
+		return nil, err
+	}
+	return fenceLocker{c}, nil
+}
+
+type fenceLocker struct{ c *client.Client }
+
+func (l fenceLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	lease, err := l.c.Lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return lease.Release, nil
+}
+
+func (l fenceLocker) Close() error { return l.c.Close() }
+
+// Renewer creates a lease and opens a KeepAlive stream straight on the API
+// (full speed needs the stream itself, not the client's TTL/3 schedule).
+func (f Fence) Renewer(ctx context.Context, w int) (Renewer, error) {
+	conn, err := grpc.NewClient(f.Servers[w%len(f.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true))) // calls wait for the connection (bounded by their context)
+	if err != nil {
+		return nil, err
+	}
+	fc := api.NewFenceClient(conn)
+	lease, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(f.TTL), Owner: "fence-bench"})
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("create a lease: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	stream, err := fc.KeepAlive(sctx)
+	if err != nil {
+		cancel()
+		conn.Close()
+		return nil, err
+	}
+	return &fenceRenewer{fc: fc, conn: conn, cancel: cancel, stream: stream, lease: lease.LeaseId}, nil
+}
+
+type fenceRenewer struct {
+	fc     api.FenceClient
+	conn   *grpc.ClientConn
+	cancel context.CancelFunc
+	stream api.Fence_KeepAliveClient
+	lease  []byte
+}
+
+func (r *fenceRenewer) Send(seq uint64) error {
+	return r.stream.Send(&api.KeepAliveRequest{LeaseId: r.lease, Seq: seq})
+}
+
+func (r *fenceRenewer) Recv() (uint64, bool, error) {
+	resp, err := r.stream.Recv()
+	if err != nil {
+		return 0, false, err
+	}
+	return resp.Seq, resp.Ok, nil
+}
+
+func (r *fenceRenewer) Close() error {
+	_ = r.stream.CloseSend()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := r.fc.Revoke(ctx, &api.RevokeRequest{LeaseId: r.lease})
+	r.cancel()
+	return errors.Join(err, r.conn.Close())
+}
