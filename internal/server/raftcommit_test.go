@@ -30,7 +30,7 @@ func (f *appliedFSM) applied() []uint64 {
 }
 
 func (f *appliedFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, io.ErrUnexpectedEOF }
-func (f *appliedFSM) Restore(io.ReadCloser) error        { return io.ErrUnexpectedEOF }
+func (f *appliedFSM) Restore(io.ReadCloser) error         { return io.ErrUnexpectedEOF }
 
 // TestFollowerCommitsOnlyVerifiedEntries pins the raft fix fence carries
 // (third_party/raft, found by the chaos harness): a deposed leader holding
