@@ -1,0 +1,82 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/bench"
+)
+
+// Fence is a 3-node fence cluster of real `fence serve` processes.
+type Fence struct {
+	bench.Fence
+	procs []*Proc
+}
+
+// BuildFence builds cmd/fence into dir, inside fence's own module (the one
+// go.mod's replace points at), so it gets exactly fence's dependencies.
+func BuildFence(dir string) (string, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/fencehq/fence").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the fence module: %w", err)
+	}
+	bin := filepath.Join(dir, "fence")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fence")
+	cmd.Dir = strings.TrimSpace(string(root))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build fence: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// StartFence starts nodes on 127.0.0.1 (gRPC basePort+10i, metrics +1,
+// raft +2), with lock-delay 0 (the peers have none), and waits for a leader.
+func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration) (*Fence, error) {
+	var peers []string
+	for i := range nodes {
+		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, basePort+10*i+2))
+	}
+	f := &Fence{Fence: bench.Fence{TTL: ttl}}
+	for i := range nodes {
+		id, port := fmt.Sprintf("n%d", i+1), basePort+10*i
+		p, err := StartProc(id, []string{bin, "serve", "--node-id", id, "--data-dir", filepath.Join(dir, id),
+			"--grpc-addr", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1),
+			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+2), "--bootstrap", strings.Join(peers, ","),
+			"--lock-delay", "0", "--log-level", "warn"}, filepath.Join(dir, id+".log"))
+		if err != nil {
+			f.Stop()
+			return nil, err
+		}
+		f.procs = append(f.procs, p)
+		f.Servers = append(f.Servers, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, f.Servers)
+	if err != nil {
+		f.Stop()
+		return nil, err
+	}
+	defer c.Close()
+	for {
+		if _, err := c.Status(ctx, "peerbench/ready"); err == nil {
+			return f, nil
+		} else if ctx.Err() != nil {
+			f.Stop()
+			return nil, fmt.Errorf("fence cluster not ready: %w (logs in %s)", err, dir)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop ends the nodes.
+func (f *Fence) Stop() {
+	for _, p := range f.procs {
+		p.Stop()
+	}
+}
