@@ -78,9 +78,23 @@ func (l fenceLocker) Lock(ctx context.Context, name string) (func(context.Contex
 func (l fenceLocker) Close() error { return l.c.Close() }
 
 // Renewer creates a lease and opens a KeepAlive stream straight on the API
-// (full speed needs the stream itself, not the client's TTL/3 schedule).
+// (full speed needs the stream itself, not the client's TTL/3 schedule), on
+// the member that leads: followers refuse, and the next member is tried.
 func (f Fence) Renewer(ctx context.Context, w int) (Renewer, error) {
-	conn, err := grpc.NewClient(f.Servers[w%len(f.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()),
+	var errs []error
+	for i := range f.Servers {
+		addr := f.Servers[(w+i)%len(f.Servers)]
+		r, err := f.renewerAt(ctx, addr)
+		if err == nil {
+			return r, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return nil, fmt.Errorf("create a lease: %w", errors.Join(errs...))
+}
+
+func (f Fence) renewerAt(ctx context.Context, addr string) (Renewer, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true))) // calls wait for the connection (bounded by their context)
 	if err != nil {
 		return nil, err
@@ -89,7 +103,7 @@ func (f Fence) Renewer(ctx context.Context, w int) (Renewer, error) {
 	lease, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(f.TTL), Owner: "fence-bench"})
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("create a lease: %w", err)
+		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	stream, err := fc.KeepAlive(sctx)
