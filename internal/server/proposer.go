@@ -36,6 +36,19 @@ type proposer struct {
 type proposal struct {
 	cmd  fsm.Command
 	done chan proposalResult // buffered, 1
+	// also are renewals of the same lease that arrived while this one
+	// waited in the batch: one Renew, applied after all of them arrived,
+	// answers them all (a lease renewed later than asked is still renewed
+	// no earlier than asked).
+	also []*proposal
+}
+
+// answer delivers the result to the proposal and those sharing it.
+func (pr *proposal) answer(out proposalResult) {
+	pr.done <- out
+	for _, o := range pr.also {
+		o.done <- out
+	}
 }
 
 type proposalResult struct {
@@ -83,17 +96,30 @@ func (p *proposer) run() {
 			return
 		}
 		var batch []*proposal
+		taken := 0 // proposals taken, shared renewals included: bounds the drain
+		renewals := map[fsm.LeaseID]*proposal{}
+		add := func(pr *proposal) {
+			taken++
+			if pr.cmd.Kind == fsm.KindRenew {
+				if first := renewals[pr.cmd.Lease]; first != nil {
+					first.also = append(first.also, pr)
+					return
+				}
+				renewals[pr.cmd.Lease] = pr
+			}
+			batch = append(batch, pr)
+		}
 		select {
 		case pr := <-p.in:
-			batch = append(batch, pr)
+			add(pr)
 		case <-p.stop:
 			return
 		}
 	drain:
-		for len(batch) < p.maxBatch {
+		for len(batch) < p.maxBatch && taken < 8*p.maxBatch {
 			select {
 			case pr := <-p.in:
-				batch = append(batch, pr)
+				add(pr)
 			default:
 				break drain
 			}
@@ -120,7 +146,7 @@ func (p *proposer) finish(f raft.ApplyFuture, batch []*proposal, start time.Time
 			err = fmt.Errorf("entry refused by the state machine: %v", f.Response())
 		} else {
 			for i, pr := range batch {
-				pr.done <- proposalResult{res: results[i]}
+				pr.answer(proposalResult{res: results[i]})
 			}
 			return
 		}
@@ -132,7 +158,7 @@ func (p *proposer) finish(f raft.ApplyFuture, batch []*proposal, start time.Time
 		err = errIndeterminate
 	}
 	for _, pr := range batch {
-		pr.done <- proposalResult{err: err}
+		pr.answer(proposalResult{err: err})
 	}
 }
 

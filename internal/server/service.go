@@ -67,25 +67,66 @@ func (v *service) CreateLease(ctx context.Context, r *api.CreateLeaseRequest) (*
 // maxRenewalsInFlight bounds the renewals one KeepAlive stream has pending.
 const maxRenewalsInFlight = 1024
 
+// renewal is one KeepAlive request waiting for its answer.
+type renewal struct {
+	lease fsm.LeaseID
+	seq   uint64
+}
+
+// KeepAlive answers renewals in rounds: the requests that arrived while the
+// previous round was committing are renewed together — one Renew per lease,
+// proposed after every one of them arrived, so each is renewed no earlier
+// than it asked — and answered in arrival order.
 func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context()) // ends the rounds when the handler returns
 	var (
-		sendMu sync.Mutex
-		wg     sync.WaitGroup
-		slots  = make(chan struct{}, maxRenewalsInFlight)
-		failed = make(chan error, 1)
+		mu      sync.Mutex
+		pending []renewal // guarded by mu
+		wake    = make(chan struct{}, 1)
+		slots   = make(chan struct{}, maxRenewalsInFlight)
+		failed  = make(chan error, 1)
+		done    = make(chan struct{})
 	)
-	defer wg.Wait()
-	send := func(resp *api.KeepAliveResponse) {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if err := stream.Send(resp); err != nil {
-			select {
-			case failed <- err:
-			default:
-			}
+	fail := func(err error) {
+		select {
+		case failed <- err:
+		default:
 		}
 	}
+	go func() { // the rounds
+		defer close(done)
+		for {
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return
+			}
+			mu.Lock()
+			round := pending
+			pending = nil
+			mu.Unlock()
+			if len(round) == 0 {
+				continue
+			}
+			results, err := v.renewAll(ctx, round)
+			if err != nil {
+				fail(err)
+				return
+			}
+			for _, r := range round {
+				resp := &api.KeepAliveResponse{Seq: r.seq, Ok: results[r.lease].Code == fsm.OK}
+				if resp.Ok {
+					resp.Ttl = durationpb.New(results[r.lease].TTL)
+				}
+				if err := stream.Send(resp); err != nil {
+					fail(err)
+					return
+				}
+				<-slots
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -104,7 +145,9 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 			return err
 		}
 		if planted.DeposedRenewal && v.s.led.Load() && !v.s.Ready() {
-			send(v.renewFromMemory(id, req.GetSeq())) // planted bug: a deposed leader answers
+			if err := stream.Send(v.renewFromMemory(id, req.GetSeq())); err != nil { // planted bug: a deposed leader answers
+				return err
+			}
 			continue
 		}
 		if err := v.leading(); err != nil {
@@ -112,27 +155,52 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 		}
 		select {
 		case slots <- struct{}{}:
+		case err := <-failed:
+			return err
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
+		mu.Lock()
+		pending = append(pending, renewal{lease: id, seq: req.GetSeq()})
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// renewAll proposes one Renew per distinct lease of a round, concurrently
+// (they share raft entries), and returns the results by lease.
+func (v *service) renewAll(ctx context.Context, round []renewal) (map[fsm.LeaseID]fsm.Result, error) {
+	results := map[fsm.LeaseID]fsm.Result{}
+	for _, r := range round {
+		results[r.lease] = fsm.Result{}
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for id := range results {
 		wg.Add(1)
-		go func(seq uint64) {
-			defer func() { <-slots; wg.Done() }()
+		go func() {
+			defer wg.Done()
 			res, err := v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindRenew, Lease: id})
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				select {
-				case failed <- proposeErr(err):
-				default:
-				}
+				errs = append(errs, proposeErr(err))
 				return
 			}
-			resp := &api.KeepAliveResponse{Seq: seq, Ok: res.Code == fsm.OK}
-			if resp.Ok {
-				resp.Ttl = durationpb.New(res.TTL)
-			}
-			send(resp)
-		}(req.GetSeq())
+			results[id] = res
+		}()
 	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	return results, nil
 }
 
 // renewFromMemory answers a renewal from this node's state without raft:
