@@ -27,7 +27,7 @@ var Bugs = map[string]Bug{
 	"token": {Tag: "fence_bug_token", Faults: []string{FaultKillLeader, FaultKillFollower},
 		Caught: []string{"tokens only grow", "replicas agree", "no token granted twice"}},
 	// A paused or cut-off leader keeps telling its clients "renewed".
-	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultPauseLeader, FaultPartition}, Caught: []string{"validity windows never overlap"}},
+	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultIsolateLeader, FaultPauseLeader}, Caught: []string{"validity windows never overlap"}},
 }
 
 // CaughtBy returns the first violated check that catches the bug, or "".

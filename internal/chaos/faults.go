@@ -14,17 +14,18 @@ import (
 
 // The faults the harness injects. Config.Faults selects some; all by default.
 const (
-	FaultPauseWorker  = "pause-worker"  // SIGSTOP a worker for 0.5×, 1.5× or 5× its TTL
-	FaultKillWorker   = "kill-worker"   // SIGKILL a worker; it restarts as a new incarnation
-	FaultKillLeader   = "kill-leader"   // SIGKILL the leader, restart it 0.5–2 s later
-	FaultKillFollower = "kill-follower" // the same for a follower
-	FaultPauseLeader  = "pause-leader"  // SIGSTOP the leader for 1.5–3 s (past the election timeout)
-	FaultPartition    = "partition"     // cut a server off from the others (and, a third of the time, from clients too)
-	FaultClockShift   = "clock-shift"   // restart a server or a worker with its clocks moved ±5 min
+	FaultPauseWorker   = "pause-worker"   // SIGSTOP a worker for 0.5×, 1.5× or 5× its TTL
+	FaultKillWorker    = "kill-worker"    // SIGKILL a worker; it restarts as a new incarnation
+	FaultKillLeader    = "kill-leader"    // SIGKILL the leader, restart it 0.5–2 s later
+	FaultKillFollower  = "kill-follower"  // the same for a follower
+	FaultPauseLeader   = "pause-leader"   // SIGSTOP the leader for 1.5–3 s (past the election timeout)
+	FaultPartition     = "partition"      // cut a server off from the others (and, a third of the time, from clients too)
+	FaultIsolateLeader = "isolate-leader" // cut the leader off from the other servers only: its clients still reach it
+	FaultClockShift    = "clock-shift"    // restart a server or a worker with its clocks moved ±5 min
 )
 
 // AllFaults lists every fault.
-var AllFaults = []string{FaultPauseWorker, FaultKillWorker, FaultKillLeader, FaultKillFollower, FaultPauseLeader, FaultPartition, FaultClockShift}
+var AllFaults = []string{FaultPauseWorker, FaultKillWorker, FaultKillLeader, FaultKillFollower, FaultPauseLeader, FaultPartition, FaultIsolateLeader, FaultClockShift}
 
 // FaultCounts says how often each fault happened.
 type FaultCounts struct {
@@ -143,8 +144,8 @@ func (f *faulter) workerLoop(ctx context.Context, rng *rand.Rand, wg *sync.WaitG
 
 func (f *faulter) serverLoop(ctx context.Context, rng *rand.Rand) {
 	var kinds []string
-	for _, k := range []string{FaultKillLeader, FaultKillFollower, FaultPauseLeader, FaultPartition, FaultClockShift} {
-		if f.enabled[k] && (len(f.h.cl.nodes) > 1 || k != FaultKillFollower && k != FaultPartition) {
+	for _, k := range []string{FaultKillLeader, FaultKillFollower, FaultPauseLeader, FaultPartition, FaultIsolateLeader, FaultClockShift} {
+		if f.enabled[k] && (len(f.h.cl.nodes) > 1 || k != FaultKillFollower && k != FaultPartition && k != FaultIsolateLeader) {
 			kinds = append(kinds, k)
 		}
 	}
@@ -197,9 +198,9 @@ func (f *faulter) serverLoop(ctx context.Context, rng *rand.Rand) {
 				sleep(ctx, d)
 				p.resume()
 			}
-		case FaultPartition:
+		case FaultPartition, FaultIsolateLeader:
 			d := between(rng, 2*time.Second, 4*time.Second)
-			full := rng.IntN(3) == 0
+			full := kind == FaultPartition && rng.IntN(3) == 0
 			f.note("partition %s %s for %v (from clients too: %v)", role, victim.id, d, full)
 			f.count(func(c *FaultCounts) { c.Partitions++ })
 			cut, heal := f.h.cl.lab.Isolate, f.h.cl.lab.Rejoin
