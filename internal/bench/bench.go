@@ -15,7 +15,9 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -323,17 +325,23 @@ func (r *run) createLeases(ctx context.Context, w int) error {
 	if !ok {
 		return fmt.Errorf("%s: many-leases: %w", r.cfg.Target.Name(), ErrUnsupported)
 	}
-	conn, err := grpc.NewClient(f.Servers[w%len(f.Servers)], grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
-	if err != nil {
-		return err
+	conns := make([]api.FenceClient, len(f.Servers))
+	for i, addr := range f.Servers {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conns[i] = api.NewFenceClient(conn)
 	}
-	defer conn.Close()
-	fc := api.NewFenceClient(conn)
+	at := w % len(conns) // the member this worker calls; a follower's refusal moves it on
 	for r.take(ctx) {
 		t0 := time.Now()
-		if _, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}); err != nil {
-			if !over(ctx) {
+		if _, err := conns[at].CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}); err != nil {
+			if status.Code(err) == codes.Unavailable {
+				at = (at + 1) % len(conns)
+			} else if !over(ctx) {
 				r.fail(err)
 			}
 			r.ops.Add(-1)
