@@ -173,34 +173,33 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 // renewAll proposes one Renew per distinct lease of a round, concurrently
 // (they share raft entries), and returns the results by lease.
 func (v *service) renewAll(ctx context.Context, round []renewal) (map[fsm.LeaseID]fsm.Result, error) {
-	results := map[fsm.LeaseID]fsm.Result{}
+	var ids []fsm.LeaseID
+	seen := map[fsm.LeaseID]bool{}
 	for _, r := range round {
-		results[r.lease] = fsm.Result{}
+		if !seen[r.lease] {
+			seen[r.lease] = true
+			ids = append(ids, r.lease)
+		}
 	}
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
-	)
-	for id := range results {
+	results := make([]fsm.Result, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindRenew, Lease: id})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, proposeErr(err))
-				return
-			}
-			results[id] = res
+			results[i], errs[i] = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindRenew, Lease: id})
 		}()
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		return nil, errs[0]
+	byLease := make(map[fsm.LeaseID]fsm.Result, len(ids))
+	for i, id := range ids {
+		if errs[i] != nil {
+			return nil, proposeErr(errs[i])
+		}
+		byLease[id] = results[i]
 	}
-	return results, nil
+	return byLease, nil
 }
 
 // renewFromMemory answers a renewal from this node's state without raft:
