@@ -122,8 +122,13 @@ func (w *worker) ret(o *Op, outcome string, err error) {
 	}
 }
 
-func (w *worker) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 4*w.cfg.TTL)
+// timed runs one call with its own deadline, counted from when the call
+// starts: a pause before it does not use up its time (a pause during it does,
+// as in any real process).
+func (w *worker) timed(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*w.cfg.TTL)
+	defer cancel()
+	return f(ctx)
 }
 
 func (w *worker) iteration() {
@@ -132,10 +137,9 @@ func (w *worker) iteration() {
 	if w.rng.IntN(4) == 0 {
 		w.status(name)
 	}
-	ctx, cancel := w.ctx()
-	defer cancel()
 	acq := w.call("acquire", name, 0, "")
-	l, err := w.cl.Lock(ctx, name)
+	var l *client.Lease
+	err := w.timed(func(ctx context.Context) (err error) { l, err = w.cl.Lock(ctx, name); return err })
 	if err != nil {
 		w.ret(acq, Unknown, err) // a grant may have happened (and been undone)
 		time.Sleep(w.cfg.TTL / 10)
@@ -144,9 +148,9 @@ func (w *worker) iteration() {
 	acq.Token, acq.ValidUntil = l.Token(), monoAt(l.Deadline())
 	w.ret(acq, OK, nil)
 	tok := l.Token()
-	if w.critical(ctx, l, id, name, tok) {
+	if w.critical(l, id, name, tok) {
 		rel := w.call("release", name, tok, "")
-		switch err := l.Release(ctx); {
+		switch err := w.timed(l.Release); {
 		case err == nil:
 			w.ret(rel, OK, nil)
 		case errors.Is(err, client.ErrExpired):
@@ -159,16 +163,18 @@ func (w *worker) iteration() {
 
 // critical is the work under the lock. It returns false if it gave up on
 // the lease (then there is nothing to release).
-func (w *worker) critical(ctx context.Context, l *client.Lease, id int, name string, tok uint64) bool {
+func (w *worker) critical(l *client.Lease, id int, name string, tok uint64) bool {
 	if w.cfg.Fencing {
 		claim := w.call("claim", name, tok, "")
-		if !w.dbResult(claim, w.table.Claim(ctx, w.db, tok, id)) {
+		if !w.dbResult(claim, w.timed(func(ctx context.Context) error { return w.table.Claim(ctx, w.db, tok, id) })) {
 			return true
 		}
 	}
 	read := w.call("read", name, 0, "")
 	var value, fence int64
-	if err := w.db.QueryRowContext(ctx, "SELECT value, fence FROM "+w.cfg.Table+" WHERE id = $1", id).Scan(&value, &fence); err != nil {
+	if err := w.timed(func(ctx context.Context) error {
+		return w.db.QueryRowContext(ctx, "SELECT value, fence FROM "+w.cfg.Table+" WHERE id = $1", id).Scan(&value, &fence)
+	}); err != nil {
 		w.ret(read, Unknown, err)
 		return true
 	}
@@ -184,13 +190,14 @@ func (w *worker) critical(ctx context.Context, l *client.Lease, id int, name str
 	time.Sleep(time.Duration(w.rng.Int64N(int64(w.cfg.TTL / 2))))
 	write := w.call("write", name, tok, strconv.FormatInt(value+1, 10))
 	write.ValidUntil = valid
-	if !w.dbResult(write, w.write(ctx, tok, id, value+1)) {
+	if !w.dbResult(write, w.timed(func(ctx context.Context) error { return w.write(ctx, tok, id, value+1) })) {
 		return true
 	}
 
 	get := w.call("kvget", name, 0, "")
-	v, kvTok, err := w.cl.Get(ctx, name)
-	switch {
+	var v []byte
+	var kvTok uint64
+	switch err := w.timed(func(ctx context.Context) (err error) { v, kvTok, err = w.cl.Get(ctx, name); return err }); {
 	case err == nil:
 		get.Value, get.Token = string(v), kvTok
 		w.ret(get, OK, nil)
@@ -201,7 +208,7 @@ func (w *worker) critical(ctx context.Context, l *client.Lease, id int, name str
 	}
 	put := w.call("kvput", name, tok, fmt.Sprintf("%s#%d", w.client, w.seq+1))
 	put.ValidUntil = valid
-	w.dbResult(put, w.cl.Put(ctx, name, []byte(put.Value), tok))
+	w.dbResult(put, w.timed(func(ctx context.Context) error { return w.cl.Put(ctx, name, []byte(put.Value), tok) }))
 	return true
 }
 
@@ -234,11 +241,9 @@ func (w *worker) dbResult(o *Op, err error) bool {
 }
 
 func (w *worker) status(name string) {
-	ctx, cancel := w.ctx()
-	defer cancel()
 	o := w.call("status", name, 0, "")
-	info, err := w.cl.Status(ctx, name)
-	if err != nil {
+	var info client.LockInfo
+	if err := w.timed(func(ctx context.Context) (err error) { info, err = w.cl.Status(ctx, name); return err }); err != nil {
 		w.ret(o, Unknown, err)
 		return
 	}
