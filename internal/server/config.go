@@ -25,7 +25,7 @@ const (
 type Config struct {
 	// NodeID names this node in the raft group; it must never change for a data dir.
 	NodeID string
-	// DataDir holds the raft log (raft.db, bbolt, fsync on every write) and snapshots/.
+	// DataDir holds the raft log (wal/, raft-wal, fsync on every write), snapshots/ and LOCK.
 	DataDir string
 	// GRPCAddr is where clients connect. ":0" picks a free port (see Server.GRPCAddr).
 	GRPCAddr string

@@ -9,13 +9,12 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,7 +28,7 @@ import (
 	"github.com/fencehq/fence/internal/metrics"
 )
 
-// Server is one fence node: raft (bbolt log, file snapshots), the replicated
+// Server is one fence node: raft (raft-wal log, file snapshots), the replicated
 // state, the leader's lease duties and the gRPC and HTTP endpoints. New
 // starts it; Close stops it. Safe for concurrent use.
 type Server struct {
@@ -40,7 +39,8 @@ type Server struct {
 
 	replica  *replica
 	raft     *raft.Raft
-	store    *raftboltdb.BoltStore
+	dirLock  *os.File // the data dir's LOCK, held while running
+	store    *wal.WAL
 	trans    raft.Transport
 	proposer *proposer
 	lessor   *lessor
@@ -106,8 +106,11 @@ func (s *Server) open() error {
 	}
 	hl := raftLogger(s.log, cfg.RaftLogLevel)
 	var err error
-	if s.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")}); err != nil {
-		return fmt.Errorf("open raft log %s: %w (is another fence using this data dir?)", filepath.Join(cfg.DataDir, "raft.db"), err)
+	if s.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
+		return err
+	}
+	if s.store, err = openLogStore(cfg.DataDir, hl, s.log); err != nil {
+		return err
 	}
 	logs, err := raft.NewLogCache(4096, s.store)
 	if err != nil {
@@ -129,6 +132,7 @@ func (s *Server) open() error {
 	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs
 	rc.BatchApplyCh = true
+	rc.LeaderWritesInParallel = true
 	rc.Logger = hl
 	leaderCh := make(chan bool, 8)
 	rc.NotifyCh = leaderCh
@@ -421,6 +425,9 @@ func (s *Server) Close() error {
 		}
 		if s.store != nil {
 			errs = append(errs, s.store.Close())
+		}
+		if s.dirLock != nil {
+			errs = append(errs, s.dirLock.Close())
 		}
 		if s.audit != nil {
 			errs = append(errs, s.audit.close())

@@ -56,7 +56,7 @@ func (n *testNode) start() {
 	}
 	cfg.Clock = n.clock
 	cfg.Registerer = prometheus.NewRegistry()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = testLogger()
 	cfg.RaftLogLevel = "error"
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
 	if n.conf != nil {
@@ -106,6 +106,8 @@ func (n *testNode) restart() {
 	n.stop()
 	n.start()
 }
+
+func testLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -173,6 +173,15 @@ type Config struct {
 	// processed until after the specified timeout.
 	BatchApplyCh bool
 
+	// LeaderWritesInParallel (fence) lets the leader send new entries to
+	// its followers while it writes them to its own LogStore, instead of
+	// after: a commit then waits for the slower of the two writes, not
+	// their sum (Raft thesis, section 10.2.1). The leader still counts
+	// itself toward a majority only once its write is durable. It takes
+	// effect only when the LogStore given to NewRaft is a *LogCache, which
+	// serves the entries until they are written.
+	LeaderWritesInParallel bool
+
 	// If we are a member of a cluster, and RemovePeer is invoked for the
 	// local node, then we forget all peers and transition into the follower state.
 	// If ShutdownOnRemove is set, we additional shutdown Raft. Otherwise,

@@ -69,12 +69,26 @@ func (c *LogCache) StoreLogs(logs []*Log) error {
 	if err != nil {
 		return fmt.Errorf("unable to store logs within log store, err: %q", err)
 	}
+	c.cacheLogs(logs)
+	return nil
+}
+
+// cacheLogs makes logs readable before they are stored (fence: the leader's
+// parallel write, see leader_write.go).
+func (c *LogCache) cacheLogs(logs []*Log) {
 	c.l.Lock()
 	for _, l := range logs {
 		c.cache[l.Index%uint64(len(c.cache))] = l
 	}
 	c.l.Unlock()
-	return nil
+}
+
+// forget empties the cache (fence: after a failed parallel write, entries
+// that never reached the store must not be read back).
+func (c *LogCache) forget() {
+	c.l.Lock()
+	clear(c.cache)
+	c.l.Unlock()
 }
 
 func (c *LogCache) FirstIndex() (uint64, error) {
@@ -86,9 +100,14 @@ func (c *LogCache) LastIndex() (uint64, error) {
 }
 
 func (c *LogCache) DeleteRange(min, max uint64) error {
-	// Invalidate the cache on deletes
+	// Invalidate the deleted entries (fence: only those; a leader's entries
+	// still being written live only here while compaction runs).
 	c.l.Lock()
-	c.cache = make([]*Log, len(c.cache))
+	for i, l := range c.cache {
+		if l != nil && l.Index >= min && l.Index <= max {
+			c.cache[i] = nil
+		}
+	}
 	c.l.Unlock()
 
 	return c.store.DeleteRange(min, max)

@@ -95,6 +95,7 @@ type leaderState struct {
 	replState                    map[ServerID]*followerReplication
 	notify                       map[*verifyFuture]struct{}
 	stepDown                     chan struct{}
+	writer                       *leaderWriter // nil unless the leader writes in parallel
 }
 
 // setLeader is used to modify the current leader Address and ID of the cluster
@@ -462,6 +463,14 @@ func (r *Raft) setupLeaderState() {
 	r.leaderState.replState = make(map[ServerID]*followerReplication)
 	r.leaderState.notify = make(map[*verifyFuture]struct{})
 	r.leaderState.stepDown = make(chan struct{}, 1)
+	r.leaderState.writer = nil
+	if cache, ok := r.logs.(*LogCache); ok && r.config().LeaderWritesInParallel {
+		if need := r.config().MaxAppendEntries * (leaderWriteQueue + 2); len(cache.cache) >= need {
+			r.leaderState.writer = r.startLeaderWriter(cache, r.leaderState.commitment, r.leaderState.stepDown)
+		} else {
+			r.logger.Warn("log cache too small to write in parallel; writing serially", "capacity", len(cache.cache), "need", need)
+		}
+	}
 }
 
 // runLeader runs the main loop while in leader state. Do the setup here and drop into
@@ -502,6 +511,12 @@ func (r *Raft) runLeader() {
 	// Cleanup state on step down
 	defer func() {
 		close(stopCh)
+
+		// Finish the leader's own writes before anything else touches the log.
+		if r.leaderState.writer != nil {
+			r.stopLeaderWriter(r.leaderState.writer)
+			r.leaderState.writer = nil
+		}
 
 		// Since we were the leader previously, we update our
 		// last contact time when we step down, so that we are not
@@ -1265,6 +1280,17 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 
 	commitIndex := r.getCommitIndex()
 	r.tryStageCommitIndex(commitIndex)
+
+	if w := r.leaderState.writer; w != nil {
+		// Replicate now; the writer counts this node once the write is durable.
+		w.cache.cacheLogs(logs)
+		r.setLastLog(lastIndex, term)
+		w.in <- leaderWrite{logs: logs, last: lastIndex}
+		for _, f := range r.leaderState.replState {
+			asyncNotifyCh(f.triggerCh)
+		}
+		return
+	}
 
 	// Write the log entry locally
 	if err := r.logs.StoreLogs(logs); err != nil {

@@ -254,6 +254,11 @@ func (r *Raft) compactLogs(snapIdx uint64) error {
 	defer metrics.MeasureSince([]string{"raft", "compactLogs"}, time.Now())
 
 	lastLogIdx, _ := r.getLastLog()
+	// fence: a leader writing in parallel (leader_write.go) knows entries
+	// its store does not hold yet; never compact past what is stored.
+	if stored, err := r.logs.LastIndex(); err == nil && stored < lastLogIdx {
+		lastLogIdx = stored
+	}
 	trailingLogs := r.config().TrailingLogs
 
 	return r.compactLogsWithTrailing(snapIdx, lastLogIdx, trailingLogs)
