@@ -15,7 +15,8 @@ import (
 // Fence is a 3-node fence cluster of real `fence serve` processes.
 type Fence struct {
 	bench.Fence
-	procs []*Proc
+	procs   []*Proc
+	metrics []string // each node's /metrics, /healthz, /readyz address
 }
 
 // BuildFence builds cmd/fence into dir, inside fence's own module (the one
@@ -35,7 +36,8 @@ func BuildFence(dir string) (string, error) {
 }
 
 // StartFence starts nodes on 127.0.0.1 (gRPC basePort+10i, metrics +1,
-// raft +2), with lock-delay 0 (the peers have none), and waits for a leader.
+// raft +2), with lock-delay 0 (the peers have none) and /debug/pprof on the
+// metrics address, and waits for a leader.
 func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration) (*Fence, error) {
 	var peers []string
 	for i := range nodes {
@@ -47,13 +49,14 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration) (*Fence
 		p, err := StartProc(id, []string{bin, "serve", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--grpc-addr", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1),
 			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+2), "--bootstrap", strings.Join(peers, ","),
-			"--lock-delay", "0", "--log-level", "warn"}, filepath.Join(dir, id+".log"))
+			"--lock-delay", "0", "--log-level", "warn", "--pprof"}, filepath.Join(dir, id+".log"))
 		if err != nil {
 			f.Stop()
 			return nil, err
 		}
 		f.procs = append(f.procs, p)
 		f.Servers = append(f.Servers, fmt.Sprintf("127.0.0.1:%d", port))
+		f.metrics = append(f.metrics, fmt.Sprintf("127.0.0.1:%d", port+1))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

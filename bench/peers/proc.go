@@ -13,27 +13,45 @@ import (
 
 // Proc is a process started by the bench; only these are signalled, by pid.
 type Proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
+	name, logPath string
+	argv          []string
+	cmd           *exec.Cmd
+	done          chan struct{}
 }
 
 // StartProc starts argv with its output in logPath.
 func StartProc(name string, argv []string, logPath string) (*Proc, error) {
-	log, err := os.Create(logPath)
+	p := &Proc{name: name, argv: argv, logPath: logPath}
+	return p, p.start(os.O_CREATE | os.O_WRONLY | os.O_TRUNC)
+}
+
+func (p *Proc) start(flags int) error {
+	log, err := os.OpenFile(p.logPath, flags, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	p := &Proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
-	return p, nil
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	return nil
 }
+
+// Kill sends SIGKILL and waits for the process to end.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Restart starts the (ended) process again with the same arguments,
+// appending to its log.
+func (p *Proc) Restart() error { return p.start(os.O_CREATE | os.O_WRONLY | os.O_APPEND) }
 
 // Stop sends SIGTERM, then SIGKILL after 10s, and waits.
 func (p *Proc) Stop() {

@@ -43,13 +43,15 @@ var scenarios = []scenario{
 	{"latency-16", bench.Uncontended, 16},
 }
 
-// Results are every run's measurements: system → scenario → one per round.
+// Results are every run's measurements: system → scenario → one per
+// round, and per system the failover times in seconds.
 type Results struct {
-	Machine   string                                `json:"machine"`
+	Machine   Machine                               `json:"machine"`
 	Command   string                                `json:"command"`
 	Started   time.Time                             `json:"started"`
 	Scenarios []scenario                            `json:"scenarios"`
 	Runs      map[string]map[string][]*bench.Result `json:"runs"`
+	Failover  map[string][]float64                  `json:"failover_seconds,omitempty"`
 }
 
 func main() {
@@ -62,10 +64,14 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
 	only := flag.String("scenarios", "", "comma-separated subset of: "+names())
 	out := flag.String("out", "", "write every measurement as JSON here")
+	kills := flag.Int("failovers", 10, "leader kills per clustered system (after the rounds; 0 skips)")
+	profiles := flag.String("profiles", "", "save a CPU profile and a trace of fence's leader per scenario (round 1) in this dir")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, strings.Split(*systems, ","), *runs, *duration, *only, *out); err != nil {
+	o := options{systems: strings.Split(*systems, ","), runs: *runs, d: *duration, only: *only, out: *out,
+		kills: *kills, profiles: *profiles}
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "peerbench:", err)
 		os.Exit(1)
 	}
@@ -116,9 +122,20 @@ func start(name, dir, fenceBin, self string) (system, error) {
 	return nil, fmt.Errorf("unknown system %q (fence, etcd, redis, redis-fsync)", name)
 }
 
-func run(ctx context.Context, systems []string, runs int, d time.Duration, only, out string) error {
+// options are the command line's choices.
+type options struct {
+	systems   []string
+	runs      int
+	d         time.Duration
+	only, out string
+	kills     int
+	profiles  string
+}
+
+func run(ctx context.Context, o options) error {
+	systems, d := o.systems, o.d
 	chosen := scenarios
-	if only != "" {
+	if only := o.only; only != "" {
 		chosen = nil
 		for _, s := range scenarios {
 			if slices.Contains(strings.Split(only, ","), s.Name) {
@@ -139,10 +156,19 @@ func run(ctx context.Context, systems []string, runs int, d time.Duration, only,
 	if err != nil {
 		return err
 	}
-	host, _ := os.Hostname()
-	res := &Results{Machine: machine(host), Command: strings.Join(os.Args, " "), Started: time.Now(), Scenarios: chosen,
-		Runs: map[string]map[string][]*bench.Result{}}
-	for round := 1; round <= runs; round++ {
+	m, err := measureMachine(tmp)
+	if err != nil {
+		return fmt.Errorf("measure the machine: %w", err)
+	}
+	fmt.Println("machine:", m)
+	if o.profiles != "" {
+		if err := os.MkdirAll(o.profiles, 0o755); err != nil {
+			return err
+		}
+	}
+	res := &Results{Machine: m, Command: strings.Join(os.Args, " "), Started: time.Now(), Scenarios: chosen,
+		Runs: map[string]map[string][]*bench.Result{}, Failover: map[string][]float64{}}
+	for round := 1; round <= o.runs; round++ {
 		for _, name := range systems {
 			dir := filepath.Join(tmp, fmt.Sprintf("%s-%d", name, round))
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -157,8 +183,17 @@ func run(ctx context.Context, systems []string, runs int, d time.Duration, only,
 					sys.Stop()
 					return ctx.Err()
 				}
+				profiled := make(chan error, 1)
+				if o.profiles != "" && round == 1 {
+					go func() { profiled <- profileLeader(ctx, sys, sc.Name, o.profiles, d) }()
+				} else {
+					profiled <- nil
+				}
 				r, err := bench.Run(ctx, bench.Config{Target: sys, Workload: sc.Workload, Clients: sc.Clients, Duration: d,
 					MaxOps: 1 << 40, TTL: 10 * time.Second, Window: 64})
+				if perr := <-profiled; perr != nil {
+					fmt.Fprintf(os.Stderr, "profile %s %s: %v\n", name, sc.Name, perr)
+				}
 				if errors.Is(err, bench.ErrUnsupported) {
 					continue // e.g. renewals for Redis: not part of the comparison
 				}
@@ -175,18 +210,34 @@ func run(ctx context.Context, systems []string, runs int, d time.Duration, only,
 			sys.Stop()
 		}
 	}
+	for _, name := range systems {
+		if o.kills == 0 || ctx.Err() != nil {
+			break
+		}
+		dir := filepath.Join(tmp, name+"-failover")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		sys, err := start(name, dir, fenceBin, self)
+		if err != nil {
+			return err
+		}
+		secs, err := failover(ctx, sys, o.kills)
+		sys.Stop()
+		if errors.Is(err, bench.ErrUnsupported) {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "failover %s: %v\n", name, err)
+		}
+		res.Failover[name] = secs
+	}
 	report(os.Stdout, res, systems)
-	if out != "" {
+	if o.out != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
-		return os.WriteFile(out, b, 0o644)
+		return os.WriteFile(o.out, b, 0o644)
 	}
 	return nil
-}
-
-func machine(host string) string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	cores := strings.Count(string(b), "processor\t:")
-	return fmt.Sprintf("%s, %d cores", host, cores)
 }
 
 // median of a scenario's throughput and of its main latency percentiles.
@@ -198,8 +249,7 @@ func median(rs []*bench.Result, f func(*bench.Result) float64) float64 {
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	sort.Float64s(v)
-	return v[len(v)/2]
+	return medianOf(v)
 }
 
 func mainOp(r *bench.Result) bench.Latency {
@@ -210,6 +260,7 @@ func mainOp(r *bench.Result) bench.Latency {
 }
 
 func report(w *os.File, res *Results, systems []string) {
+	fmt.Fprintln(w, "machine:", res.Machine)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tsystem\truns\tops/s (median)\tvs etcd\tp50 ms\tp99 ms\tp99.9 ms\t")
 	for _, sc := range res.Scenarios {
@@ -231,4 +282,20 @@ func report(w *os.File, res *Results, systems []string) {
 		}
 	}
 	tw.Flush()
+	if len(res.Failover) == 0 {
+		return
+	}
+	fmt.Fprintln(tw, "failover\tsystem\tkills\tmedian s\tmax s\t")
+	for _, name := range systems {
+		if secs := res.Failover[name]; len(secs) > 0 {
+			fmt.Fprintf(tw, "first grant after leader kill\t%s\t%d\t%.3f\t%.3f\t\n", name, len(secs), medianOf(secs), slices.Max(secs))
+		}
+	}
+	tw.Flush()
+}
+
+func medianOf(v []float64) float64 {
+	v = slices.Clone(v)
+	sort.Float64s(v)
+	return v[len(v)/2]
 }

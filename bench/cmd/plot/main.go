@@ -20,8 +20,11 @@ import (
 
 // results is the part of peerbench's output the plot needs.
 type results struct {
-	Machine string `json:"machine"`
-	Runs    map[string]map[string][]struct {
+	Machine struct {
+		Host  string `json:"host"`
+		Cores int    `json:"cores"`
+	} `json:"machine"`
+	Runs map[string]map[string][]struct {
 		Latency map[string]struct {
 			P50 float64 `json:"p50_ms"`
 			P99 float64 `json:"p99_ms"`
@@ -66,7 +69,7 @@ func run(in, out string) error {
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	p := plot.New()
-	p.Title.Text = "Lock latency (fence, etcd: 3 nodes; Redis: 1) on " + res.Machine + ": p50 solid, p99 dashed"
+	p.Title.Text = fmt.Sprintf("Lock latency (fence, etcd: 3 nodes; Redis: 1) on %s (%d cores): p50 solid, p99 dashed", res.Machine.Host, res.Machine.Cores)
 	p.X.Label.Text = "clients, each on its own lock"
 	p.Y.Label.Text = "ms (log scale)"
 	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{}

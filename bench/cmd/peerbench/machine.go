@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Machine is what bounds every system here, measured in the same run: the
+// cores, a loopback TCP round trip, and one 4 KiB write + fdatasync on the
+// disk that holds the data dirs.
+type Machine struct {
+	Host          string  `json:"host"`
+	Cores         int     `json:"cores"`
+	LoopbackRTTus float64 `json:"loopback_rtt_p50_us"`
+	FdatasyncUs   float64 `json:"fdatasync_p50_us"`
+}
+
+func (m Machine) String() string {
+	return fmt.Sprintf("%s, %d cores; loopback TCP round trip p50 %.0f µs; 4 KiB write+fdatasync p50 %.0f µs",
+		m.Host, m.Cores, m.LoopbackRTTus, m.FdatasyncUs)
+}
+
+func measureMachine(dir string) (Machine, error) {
+	host, _ := os.Hostname()
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	m := Machine{Host: host, Cores: strings.Count(string(b), "processor\t:")}
+	var err error
+	if m.LoopbackRTTus, err = loopbackRTT(2000); err != nil {
+		return m, err
+	}
+	m.FdatasyncUs, err = fdatasync(filepath.Join(dir, "fdatasync-probe"), 1000)
+	return m, err
+}
+
+func p50us(d []time.Duration) float64 {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return float64(d[len(d)/2]) / float64(time.Microsecond)
+}
+
+// loopbackRTT pings a one-byte echo over 127.0.0.1 n times.
+func loopbackRTT(n int) (float64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	buf := make([]byte, 1)
+	d := make([]time.Duration, n)
+	for i := range d {
+		start := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return 0, err
+		}
+		d[i] = time.Since(start)
+	}
+	return p50us(d), nil
+}
+
+// fdatasync appends 4 KiB and syncs it n times.
+func fdatasync(path string, n int) (float64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(path)
+	defer f.Close()
+	block := make([]byte, 4096)
+	d := make([]time.Duration, n)
+	for i := range d {
+		start := time.Now()
+		if _, err := f.Write(block); err != nil {
+			return 0, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return 0, err
+		}
+		d[i] = time.Since(start)
+	}
+	return p50us(d), nil
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// leaderHTTP is a system whose leader serves /debug/pprof (fence).
+type leaderHTTP interface {
+	LeaderHTTP(ctx context.Context) (string, error)
+}
+
+// profileLeader saves, while a scenario runs, a CPU profile and an
+// execution trace of the system's leader into dir (as
+// <system>-<scenario>.cpu.pprof and .trace; `go tool trace -pprof=syscall`
+// turns the trace into where the time blocked in system calls went). It
+// starts after a warm-up of a fifth of d and returns when both are saved.
+func profileLeader(ctx context.Context, sys system, scenario, dir string, d time.Duration) error {
+	lh, ok := sys.(leaderHTTP)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-time.After(d / 5):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	addr, err := lh.LeaderHTTP(ctx)
+	if err != nil {
+		return err
+	}
+	secs := max(1, int(d/time.Second)/2)
+	base := filepath.Join(dir, fmt.Sprintf("%s-%s", sys.Name(), scenario))
+	errs := make(chan error, 2)
+	go func() {
+		errs <- save(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), base+".cpu.pprof")
+	}()
+	go func() {
+		errs <- save(ctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", addr, max(1, secs/2)), base+".trace")
+	}()
+	return errors.Join(<-errs, <-errs)
+}
+
+func save(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,120 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Cluster is a system whose leader the failover measurement kills.
+type Cluster interface {
+	// KillLeader SIGKILLs the member that leads now and returns it.
+	KillLeader(ctx context.Context) (*Proc, error)
+	// Healthy reports whether every member answers.
+	Healthy(ctx context.Context) bool
+}
+
+// KillLeader SIGKILLs the fence node whose /readyz answers 200 (only the
+// leader that has taken over does).
+func (f *Fence) KillLeader(ctx context.Context) (*Proc, error) {
+	i, err := f.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.procs[i].Kill()
+	return f.procs[i], nil
+}
+
+// LeaderHTTP is the HTTP address (metrics, pprof) of the leading node.
+func (f *Fence) LeaderHTTP(ctx context.Context) (string, error) {
+	i, err := f.leader(ctx)
+	if err != nil {
+		return "", err
+	}
+	return f.metrics[i], nil
+}
+
+func (f *Fence) leader(ctx context.Context) (int, error) {
+	for i, addr := range f.metrics {
+		if httpOK(ctx, "http://"+addr+"/readyz") {
+			return i, nil
+		}
+	}
+	return 0, errors.New("no fence node is ready as leader")
+}
+
+// Healthy reports whether every node's /healthz answers.
+func (f *Fence) Healthy(ctx context.Context) bool {
+	for _, addr := range f.metrics {
+		if !httpOK(ctx, "http://"+addr+"/healthz") {
+			return false
+		}
+	}
+	return true
+}
+
+// KillLeader SIGKILLs the member that etcd's Status names as leader.
+func (e *Etcd) KillLeader(ctx context.Context) (*Proc, error) {
+	cli, err := e.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	for i, ep := range e.Endpoints {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := cli.Status(c, ep)
+		cancel()
+		if err == nil && st.Leader == st.Header.MemberId {
+			e.procs[i].Kill()
+			return e.procs[i], nil
+		}
+	}
+	return nil, errors.New("no etcd member reports itself as leader")
+}
+
+// Healthy reports whether every member answers Status.
+func (e *Etcd) Healthy(ctx context.Context) bool {
+	cli, err := e.client(ctx)
+	if err != nil {
+		return false
+	}
+	defer cli.Close()
+	for _, ep := range e.Endpoints {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := cli.Status(c, ep)
+		cancel()
+		if err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func httpOK(ctx context.Context, url string) bool {
+	c, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(c, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// WaitHealthy polls c until every member answers, or fails after limit.
+func WaitHealthy(ctx context.Context, c Cluster, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for !c.Healthy(ctx) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("cluster not healthy after %v", limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
