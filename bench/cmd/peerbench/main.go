@@ -41,6 +41,7 @@ var scenarios = []scenario{
 	{"renew-16x64", bench.RenewHeavy, 16},
 	{"latency-1", bench.Uncontended, 1},
 	{"latency-16", bench.Uncontended, 16},
+	{"mixed-32", bench.Mixed, 32}, // 16 renewal streams while 16 clients lock and release
 }
 
 // Results are every run's measurements: system → scenario → one per
@@ -279,6 +280,25 @@ func report(w *os.File, res *Results, systems []string) {
 				median(rs, func(r *bench.Result) float64 { return mainOp(r).P50 }),
 				median(rs, func(r *bench.Result) float64 { return mainOp(r).P99 }),
 				median(rs, func(r *bench.Result) float64 { return mainOp(r).P999 }))
+		}
+	}
+	tw.Flush()
+	for _, sc := range res.Scenarios {
+		if sc.Workload != bench.Mixed {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\tsystem\trenewals/s (median)\tgrants/s (median)\trenew p99 ms\tlock p99 ms\t\n", sc.Name)
+		for _, name := range systems {
+			rs := res.Runs[name][sc.Name]
+			if len(rs) == 0 {
+				continue
+			}
+			rate := func(op string) float64 {
+				return median(rs, func(r *bench.Result) float64 { return float64(r.Latency[op].Count) / r.Seconds })
+			}
+			fmt.Fprintf(tw, "\t%s\t%.0f\t%.0f\t%.3f\t%.3f\t\n", name, rate("renew"), rate("lock"),
+				median(rs, func(r *bench.Result) float64 { return r.Latency["renew"].P99 }),
+				median(rs, func(r *bench.Result) float64 { return r.Latency["lock"].P99 }))
 		}
 	}
 	tw.Flush()
