@@ -293,6 +293,15 @@ func (s *State) Leases(fn func(LeaseView)) {
 	}
 }
 
+// LeaseTimes calls fn for every live lease, in no particular order, with
+// what a new leader needs for its deadline: cheaper than Leases (no sort,
+// no copies), which matters when a leader takes over a million leases.
+func (s *State) LeaseTimes(fn func(id LeaseID, ttl, renewedAt time.Duration, renewals uint64)) {
+	for id, l := range s.leases {
+		fn(id, l.ttl, l.renewedAt, l.renewals)
+	}
+}
+
 func (l *lease) view() LeaseView {
 	return LeaseView{ID: l.id, Number: l.number, TTL: l.ttl, Owner: l.owner, Renewals: l.renewals,
 		RenewedAt: l.renewedAt, Holds: slices.Clone(l.holds), Waits: slices.Clone(l.waits)}

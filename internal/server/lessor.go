@@ -76,13 +76,17 @@ func (ls *lessor) activate(s *fsm.State) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	now := ls.clock.Now()
-	ls.leases, ls.expiry, ls.delays = map[fsm.LeaseID]*tracked{}, nil, map[string]time.Time{}
+	n := s.NumLeases()
+	ls.leases, ls.expiry, ls.delays = make(map[fsm.LeaseID]*tracked, n), make(deadlineHeap, 0, n), map[string]time.Time{}
 	logical := s.Clock()
 	slack := ls.takeoverSlack()
-	s.Leases(func(v fsm.LeaseView) {
-		passed := max(0, logical-v.RenewedAt-slack)
-		ls.trackLocked(v.ID, now.Add(max(0, v.TTL-passed)), v.Renewals)
+	s.LeaseTimes(func(id fsm.LeaseID, ttl, renewedAt time.Duration, renewals uint64) {
+		passed := max(0, logical-renewedAt-slack)
+		d := now.Add(max(0, ttl-passed))
+		ls.leases[id] = &tracked{deadline: d, renewals: renewals}
+		ls.expiry = append(ls.expiry, heapEntry{at: d, id: id})
 	})
+	heap.Init(&ls.expiry) // O(n), where a push per lease is O(n log n)
 	for _, k := range s.Locks() {
 		if k.Delayed {
 			passed := max(0, logical-k.DelayFrom-slack)

@@ -100,7 +100,7 @@ func migrateLegacyLog(dataDir string, log *slog.Logger) error {
 		return err
 	}
 	log.Info("migrated the raft log from raft-boltdb to raft-wal", "entries", entries,
-		"from", old, "to", dir, "took", time.Since(start).Round(time.Millisecond), "kept", old+".migrated")
+		"from", old, "to", dir, "took", time.Since(start), "kept", old+".migrated")
 	return retire(old, dataDir)
 }
 
