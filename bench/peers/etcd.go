@@ -207,3 +207,19 @@ func (r *etcdRenewer) Close() error {
 	r.cancel()
 	return errors.Join(err, r.cli.Close())
 }
+
+// LeaseCreator gives worker w its own client; each call grants one lease.
+func (e *Etcd) LeaseCreator(ctx context.Context, _ int, ttl time.Duration) (func(context.Context) error, func(), error) {
+	cli, err := e.client(context.Background())
+	if err != nil {
+		return nil, nil, err
+	}
+	create := func(ctx context.Context) error {
+		_, err := cli.Grant(ctx, int64(ttl/time.Second))
+		return err
+	}
+	return create, func() { cli.Close() }, nil
+}
+
+// Procs are the member processes.
+func (e *Etcd) Procs() []*Proc { return e.procs }

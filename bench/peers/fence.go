@@ -83,3 +83,6 @@ func (f *Fence) Stop() {
 		p.Stop()
 	}
 }
+
+// Procs are the node processes.
+func (f *Fence) Procs() []*Proc { return f.procs }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -66,3 +67,21 @@ func (p *Proc) Stop() {
 
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// RSS is the process's resident memory in bytes (VmRSS).
+func (p *Proc) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kib int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kib); err != nil {
+				return 0, fmt.Errorf("parse VmRSS %q: %w", rest, err)
+			}
+			return kib << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", p.Pid())
+}

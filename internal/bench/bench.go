@@ -14,13 +14,6 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/fencehq/fence/api"
 )
 
 // Workloads.
@@ -321,27 +314,19 @@ func (r *run) renewals(ctx context.Context, w int) error {
 // createLeases: each worker creates leases and keeps them (they expire after
 // the TTL), to load the server with many live leases.
 func (r *run) createLeases(ctx context.Context, w int) error {
-	f, ok := r.cfg.Target.(Fence)
+	lc, ok := r.cfg.Target.(LeaseCreator)
 	if !ok {
 		return fmt.Errorf("%s: many-leases: %w", r.cfg.Target.Name(), ErrUnsupported)
 	}
-	conns := make([]api.FenceClient, len(f.Servers))
-	for i, addr := range f.Servers {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		conns[i] = api.NewFenceClient(conn)
+	create, closeFn, err := lc.LeaseCreator(ctx, w, r.cfg.TTL)
+	if err != nil {
+		return err
 	}
-	at := w % len(conns) // the member this worker calls; a follower's refusal moves it on
+	defer closeFn()
 	for r.take(ctx) {
 		t0 := time.Now()
-		if _, err := conns[at].CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(r.cfg.TTL), Owner: "fence-bench"}); err != nil {
-			if status.Code(err) == codes.Unavailable {
-				at = (at + 1) % len(conns)
-			} else if !over(ctx) {
+		if err := create(ctx); err != nil {
+			if !errors.Is(err, ErrTryAgain) && !over(ctx) {
 				r.fail(err)
 			}
 			r.ops.Add(-1)

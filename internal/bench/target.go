@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -46,6 +48,18 @@ type Renewer interface {
 	Recv() (seq uint64, ok bool, err error)
 	Close() error
 }
+
+// LeaseCreator is a Target that can create bare leases (the many-leases
+// workload).
+type LeaseCreator interface {
+	// LeaseCreator connects worker w and returns how to create one lease of
+	// ttl, and how to disconnect. create returns ErrTryAgain when the call
+	// did not count (e.g. it reached a follower and moved on).
+	LeaseCreator(ctx context.Context, w int, ttl time.Duration) (create func(context.Context) error, closeFn func(), err error)
+}
+
+// ErrTryAgain: the call did not happen; make it again.
+var ErrTryAgain = errors.New("try again")
 
 // Fence is the fence cluster (or server) at Servers.
 type Fence struct {
@@ -142,4 +156,36 @@ func (r *fenceRenewer) Close() error {
 	_, err := r.fc.Revoke(ctx, &api.RevokeRequest{LeaseId: r.lease})
 	r.cancel()
 	return errors.Join(err, r.conn.Close())
+}
+
+// LeaseCreator creates leases straight on the API, one member at a time: a
+// follower's refusal moves the worker to the next member.
+func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(context.Context) error, func(), error) {
+	var conns []*grpc.ClientConn
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	var clients []api.FenceClient
+	for _, addr := range f.Servers {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, conn)
+		clients = append(clients, api.NewFenceClient(conn))
+	}
+	at := w % len(clients)
+	create := func(ctx context.Context) error {
+		_, err := clients[at].CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(ttl), Owner: "fence-bench"})
+		if status.Code(err) == codes.Unavailable {
+			at = (at + 1) % len(clients)
+			return ErrTryAgain
+		}
+		return err
+	}
+	return create, closeAll, nil
 }

@@ -33,15 +33,20 @@ type scenario struct {
 	Name     string `json:"name"`
 	Workload string `json:"workload"`
 	Clients  int    `json:"clients"`
+	// MaxOps ends the run early (0: only --duration); a scenario with
+	// MaxOps runs on a freshly started system, up to 10 minutes, with
+	// 1-hour leases, and the members' memory is read before and after.
+	MaxOps int64 `json:"max_ops,omitempty"`
 }
 
 var scenarios = []scenario{
-	{"uncontended-64", bench.Uncontended, 64},
-	{"contended-16", bench.Contended, 16},
-	{"renew-16x64", bench.RenewHeavy, 16},
-	{"latency-1", bench.Uncontended, 1},
-	{"latency-16", bench.Uncontended, 16},
-	{"mixed-32", bench.Mixed, 32}, // 16 renewal streams while 16 clients lock and release
+	{"uncontended-64", bench.Uncontended, 64, 0},
+	{"contended-16", bench.Contended, 16, 0},
+	{"renew-16x64", bench.RenewHeavy, 16, 0},
+	{"latency-1", bench.Uncontended, 1, 0},
+	{"latency-16", bench.Uncontended, 16, 0},
+	{"mixed-32", bench.Mixed, 32, 0}, // 16 renewal streams while 16 clients lock and release
+	{"leases-100k", bench.ManyLeases, 32, 100_000},
 }
 
 // Results are every run's measurements: system → scenario → one per
@@ -53,6 +58,15 @@ type Results struct {
 	Scenarios []scenario                            `json:"scenarios"`
 	Runs      map[string]map[string][]*bench.Result `json:"runs"`
 	Failover  map[string][]float64                  `json:"failover_seconds,omitempty"`
+	Memory    map[string][]Memory                   `json:"memory,omitempty"`
+}
+
+// Memory is each member's resident memory (bytes) before and after a
+// MaxOps scenario, in one round.
+type Memory struct {
+	Scenario string  `json:"scenario"`
+	Before   []int64 `json:"before"`
+	After    []int64 `json:"after"`
 }
 
 func main() {
@@ -168,7 +182,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	res := &Results{Machine: m, Command: strings.Join(os.Args, " "), Started: time.Now(), Scenarios: chosen,
-		Runs: map[string]map[string][]*bench.Result{}, Failover: map[string][]float64{}}
+		Runs: map[string]map[string][]*bench.Result{}, Failover: map[string][]float64{}, Memory: map[string][]Memory{}}
 	for round := 1; round <= o.runs; round++ {
 		for _, name := range systems {
 			dir := filepath.Join(tmp, fmt.Sprintf("%s-%d", name, round))
@@ -184,14 +198,37 @@ func run(ctx context.Context, o options) error {
 					sys.Stop()
 					return ctx.Err()
 				}
+				cfg := bench.Config{Target: sys, Workload: sc.Workload, Clients: sc.Clients, Duration: d,
+					MaxOps: 1 << 40, TTL: 10 * time.Second, Window: 64}
+				var mem *Memory
+				if sc.MaxOps > 0 {
+					if _, ok := sys.(bench.LeaseCreator); !ok && sc.Workload == bench.ManyLeases {
+						continue
+					}
+					sys.Stop()
+					fresh := dir + "-" + sc.Name
+					if err := os.MkdirAll(fresh, 0o755); err != nil {
+						return err
+					}
+					if sys, err = start(name, fresh, fenceBin, self); err != nil {
+						return err
+					}
+					cfg.Target, cfg.MaxOps, cfg.Duration, cfg.TTL = sys, sc.MaxOps, 10*time.Minute, time.Hour
+					mem = &Memory{Scenario: sc.Name, Before: rss(sys)}
+				}
 				profiled := make(chan error, 1)
 				if o.profiles != "" && round == 1 {
 					go func() { profiled <- profileLeader(ctx, sys, sc.Name, o.profiles, d) }()
 				} else {
 					profiled <- nil
 				}
-				r, err := bench.Run(ctx, bench.Config{Target: sys, Workload: sc.Workload, Clients: sc.Clients, Duration: d,
-					MaxOps: 1 << 40, TTL: 10 * time.Second, Window: 64})
+				r, err := bench.Run(ctx, cfg)
+				if mem != nil && err == nil {
+					time.Sleep(2 * time.Second) // followers apply the tail
+					mem.After = rss(sys)
+					res.Memory[name] = append(res.Memory[name], *mem)
+					fmt.Printf("round %d %-11s %-15s RSS per member before %v, after %v MiB\n", round, name, sc.Name, mib(mem.Before), mib(mem.After))
+				}
 				if perr := <-profiled; perr != nil {
 					fmt.Fprintf(os.Stderr, "profile %s %s: %v\n", name, sc.Name, perr)
 				}
@@ -254,10 +291,12 @@ func median(rs []*bench.Result, f func(*bench.Result) float64) float64 {
 }
 
 func mainOp(r *bench.Result) bench.Latency {
-	if l, ok := r.Latency["lock"]; ok {
-		return l
+	for _, op := range []string{"lock", "renew", "create-lease"} {
+		if l, ok := r.Latency[op]; ok {
+			return l
+		}
 	}
-	return r.Latency["renew"]
+	return bench.Latency{}
 }
 
 func report(w *os.File, res *Results, systems []string) {
@@ -299,6 +338,25 @@ func report(w *os.File, res *Results, systems []string) {
 			fmt.Fprintf(tw, "\t%s\t%.0f\t%.0f\t%.3f\t%.3f\t\n", name, rate("renew"), rate("lock"),
 				median(rs, func(r *bench.Result) float64 { return r.Latency["renew"].P99 }),
 				median(rs, func(r *bench.Result) float64 { return r.Latency["lock"].P99 }))
+		}
+	}
+	tw.Flush()
+	for _, sc := range res.Scenarios {
+		if sc.MaxOps == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\tsystem\tlargest member RSS after, MiB (median)\tgrowth, MiB (median)\t\n", sc.Name)
+		for _, name := range systems {
+			var after, growth []float64
+			for _, m := range res.Memory[name] {
+				if m.Scenario == sc.Name {
+					after = append(after, largest(m.After))
+					growth = append(growth, largest(m.After)-largest(m.Before))
+				}
+			}
+			if len(after) > 0 {
+				fmt.Fprintf(tw, "\t%s\t%.0f\t%.0f\t\n", name, medianOf(after), medianOf(growth))
+			}
 		}
 	}
 	tw.Flush()
