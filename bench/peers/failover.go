@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Cluster is a system whose leader the failover measurement kills.
@@ -57,16 +61,12 @@ func (f *Fence) Healthy(ctx context.Context) bool {
 
 // KillLeader SIGKILLs the member that etcd's Status names as leader.
 func (e *Etcd) KillLeader(ctx context.Context) (*Proc, error) {
-	cli, err := e.client(ctx)
+	sts, err := e.statuses(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	for i, ep := range e.Endpoints {
-		c, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := cli.Status(c, ep)
-		cancel()
-		if err == nil && st.Leader == st.Header.MemberId {
+	for i, st := range sts {
+		if st != nil && st.Leader == st.Header.MemberId {
 			e.procs[i].Kill()
 			return e.procs[i], nil
 		}
@@ -76,35 +76,49 @@ func (e *Etcd) KillLeader(ctx context.Context) (*Proc, error) {
 
 // Healthy reports whether every member answers Status.
 func (e *Etcd) Healthy(ctx context.Context) bool {
+	sts, err := e.statuses(ctx)
+	return err == nil && !slices.Contains(sts, nil)
+}
+
+// statuses asks every member for its Status (nil where it does not answer
+// within a second).
+func (e *Etcd) statuses(ctx context.Context) ([]*clientv3.StatusResponse, error) {
 	cli, err := e.client(ctx)
 	if err != nil {
-		return false
+		return nil, err
 	}
 	defer cli.Close()
-	for _, ep := range e.Endpoints {
+	sts := make([]*clientv3.StatusResponse, len(e.Endpoints))
+	for i, ep := range e.Endpoints {
 		c, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := cli.Status(c, ep)
+		sts[i], _ = cli.Status(c, ep)
 		cancel()
-		if err != nil {
-			return false
-		}
 	}
-	return true
+	return sts, nil
 }
 
 func httpOK(ctx context.Context, url string) bool {
 	c, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(c, http.MethodGet, url, nil)
+	return Get(c, url, io.Discard) == nil
+}
+
+// Get fetches url and copies its body to w; anything but 200 is an error.
+func Get(ctx context.Context, url string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return false
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return false
+		return err
 	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // WaitHealthy polls c until every member answers, or fails after limit.

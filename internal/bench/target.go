@@ -108,8 +108,7 @@ func (f Fence) Renewer(ctx context.Context, w int) (Renewer, error) {
 }
 
 func (f Fence) renewerAt(ctx context.Context, addr string) (Renewer, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true))) // calls wait for the connection (bounded by their context)
+	conn, err := dial(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +168,7 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 	}
 	var clients []api.FenceClient
 	for _, addr := range f.Servers {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+		conn, err := dial(addr)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -188,4 +186,11 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 		return err
 	}
 	return create, closeAll, nil
+}
+
+// dial connects straight to the API at addr; calls wait for the connection
+// (bounded by their context).
+func dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 }

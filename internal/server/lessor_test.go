@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/binary"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -25,7 +23,7 @@ func tick(d time.Duration) fsm.Command { return fsm.Command{Kind: fsm.KindTick, 
 
 func newTestLessor(c *clocktest.Fake) *lessor {
 	noop := func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, nil }
-	return newLessor(c, 100*time.Millisecond, noop, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return newLessor(c, 100*time.Millisecond, noop, testLogger())
 }
 
 // TestTakeoverDeadlines: a new leader credits each lease with the time logged

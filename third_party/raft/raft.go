@@ -1282,29 +1282,25 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	r.tryStageCommitIndex(commitIndex)
 
 	if w := r.leaderState.writer; w != nil {
-		// Replicate now; the writer counts this node once the write is durable.
+		// fence: replicate now; the writer counts this node once the write is durable.
 		w.cache.cacheLogs(logs)
 		r.setLastLog(lastIndex, term)
 		w.in <- leaderWrite{logs: logs, last: lastIndex}
-		for _, f := range r.leaderState.replState {
-			asyncNotifyCh(f.triggerCh)
+	} else {
+		// Write the log entry locally
+		if err := r.logs.StoreLogs(logs); err != nil {
+			r.logger.Error("failed to commit logs", "error", err)
+			for _, applyLog := range applyLogs {
+				applyLog.respond(err)
+			}
+			r.setState(Follower)
+			return
 		}
-		return
-	}
+		r.leaderState.commitment.match(r.localID, lastIndex)
 
-	// Write the log entry locally
-	if err := r.logs.StoreLogs(logs); err != nil {
-		r.logger.Error("failed to commit logs", "error", err)
-		for _, applyLog := range applyLogs {
-			applyLog.respond(err)
-		}
-		r.setState(Follower)
-		return
+		// Update the last log since it's on disk now
+		r.setLastLog(lastIndex, term)
 	}
-	r.leaderState.commitment.match(r.localID, lastIndex)
-
-	// Update the last log since it's on disk now
-	r.setLastLog(lastIndex, term)
 
 	// Notify the replicators of the new log
 	for _, f := range r.leaderState.replState {

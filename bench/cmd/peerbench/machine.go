@@ -39,9 +39,18 @@ func measureMachine(dir string) (Machine, error) {
 	return m, err
 }
 
-func p50us(d []time.Duration) float64 {
+// p50us times op n times and returns the median in microseconds.
+func p50us(n int, op func() error) (float64, error) {
+	d := make([]time.Duration, n)
+	for i := range d {
+		start := time.Now()
+		if err := op(); err != nil {
+			return 0, err
+		}
+		d[i] = time.Since(start)
+	}
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	return float64(d[len(d)/2]) / float64(time.Microsecond)
+	return float64(d[n/2]) / float64(time.Microsecond), nil
 }
 
 // loopbackRTT pings a one-byte echo over 127.0.0.1 n times.
@@ -65,18 +74,13 @@ func loopbackRTT(n int) (float64, error) {
 	}
 	defer c.Close()
 	buf := make([]byte, 1)
-	d := make([]time.Duration, n)
-	for i := range d {
-		start := time.Now()
+	return p50us(n, func() error {
 		if _, err := c.Write(buf); err != nil {
-			return 0, err
+			return err
 		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			return 0, err
-		}
-		d[i] = time.Since(start)
-	}
-	return p50us(d), nil
+		_, err := io.ReadFull(c, buf)
+		return err
+	})
 }
 
 // fdatasync appends 4 KiB and syncs it n times.
@@ -88,16 +92,10 @@ func fdatasync(path string, n int) (float64, error) {
 	defer os.Remove(path)
 	defer f.Close()
 	block := make([]byte, 4096)
-	d := make([]time.Duration, n)
-	for i := range d {
-		start := time.Now()
+	return p50us(n, func() error {
 		if _, err := f.Write(block); err != nil {
-			return 0, err
+			return err
 		}
-		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
-			return 0, err
-		}
-		d[i] = time.Since(start)
-	}
-	return p50us(d), nil
+		return syscall.Fdatasync(int(f.Fd()))
+	})
 }

@@ -148,7 +148,7 @@ type options struct {
 }
 
 func run(ctx context.Context, o options) error {
-	systems, d := o.systems, o.d
+	systems := o.systems
 	chosen := scenarios
 	if only := o.only; only != "" {
 		chosen = nil
@@ -181,82 +181,22 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	res := &Results{Machine: m, Command: strings.Join(os.Args, " "), Started: time.Now(), Scenarios: chosen,
-		Runs: map[string]map[string][]*bench.Result{}, Failover: map[string][]float64{}, Memory: map[string][]Memory{}}
+	b := &bencher{o: o, scenarios: chosen, tmp: tmp, fenceBin: fenceBin, self: self,
+		res: &Results{Machine: m, Command: strings.Join(os.Args, " "), Started: time.Now(), Scenarios: chosen,
+			Runs: map[string]map[string][]*bench.Result{}, Failover: map[string][]float64{}, Memory: map[string][]Memory{}}}
+	res := b.res
 	for round := 1; round <= o.runs; round++ {
 		for _, name := range systems {
-			dir := filepath.Join(tmp, fmt.Sprintf("%s-%d", name, round))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			if err := b.round(ctx, round, name); err != nil {
 				return err
 			}
-			sys, err := start(name, dir, fenceBin, self)
-			if err != nil {
-				return err
-			}
-			for _, sc := range chosen {
-				if ctx.Err() != nil {
-					sys.Stop()
-					return ctx.Err()
-				}
-				cfg := bench.Config{Target: sys, Workload: sc.Workload, Clients: sc.Clients, Duration: d,
-					MaxOps: 1 << 40, TTL: 10 * time.Second, Window: 64}
-				var mem *Memory
-				if sc.MaxOps > 0 {
-					if _, ok := sys.(bench.LeaseCreator); !ok && sc.Workload == bench.ManyLeases {
-						continue
-					}
-					sys.Stop()
-					fresh := dir + "-" + sc.Name
-					if err := os.MkdirAll(fresh, 0o755); err != nil {
-						return err
-					}
-					if sys, err = start(name, fresh, fenceBin, self); err != nil {
-						return err
-					}
-					cfg.Target, cfg.MaxOps, cfg.Duration, cfg.TTL = sys, sc.MaxOps, 10*time.Minute, time.Hour
-					mem = &Memory{Scenario: sc.Name, Before: rss(sys)}
-				}
-				profiled := make(chan error, 1)
-				if o.profiles != "" && round == 1 {
-					go func() { profiled <- profileLeader(ctx, sys, sc.Name, o.profiles, d) }()
-				} else {
-					profiled <- nil
-				}
-				r, err := bench.Run(ctx, cfg)
-				if mem != nil && err == nil {
-					time.Sleep(2 * time.Second) // followers apply the tail
-					mem.After = rss(sys)
-					res.Memory[name] = append(res.Memory[name], *mem)
-					fmt.Printf("round %d %-11s %-15s RSS per member before %v, after %v MiB\n", round, name, sc.Name, mib(mem.Before), mib(mem.After))
-				}
-				if perr := <-profiled; perr != nil {
-					fmt.Fprintf(os.Stderr, "profile %s %s: %v\n", name, sc.Name, perr)
-				}
-				if errors.Is(err, bench.ErrUnsupported) {
-					continue // e.g. renewals for Redis: not part of the comparison
-				}
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "round %d %s %s: %v\n", round, name, sc.Name, err)
-					continue
-				}
-				fmt.Printf("round %d %-11s %-15s %10.0f %s/s\n", round, name, sc.Name, r.OpsPerSec, r.Unit)
-				if res.Runs[name] == nil {
-					res.Runs[name] = map[string][]*bench.Result{}
-				}
-				res.Runs[name][sc.Name] = append(res.Runs[name][sc.Name], r)
-			}
-			sys.Stop()
 		}
 	}
 	for _, name := range systems {
 		if o.kills == 0 || ctx.Err() != nil {
 			break
 		}
-		dir := filepath.Join(tmp, name+"-failover")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		sys, err := start(name, dir, fenceBin, self)
+		sys, err := b.startIn(name, name+"-failover")
 		if err != nil {
 			return err
 		}
@@ -274,6 +214,87 @@ func run(ctx context.Context, o options) error {
 	if o.out != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
 		return os.WriteFile(o.out, b, 0o644)
+	}
+	return nil
+}
+
+// bencher runs the chosen scenarios on the systems and collects results.
+type bencher struct {
+	o                   options
+	scenarios           []scenario
+	tmp, fenceBin, self string
+	res                 *Results
+}
+
+// startIn starts system name with its data in a new dir under tmp.
+func (b *bencher) startIn(name, dir string) (system, error) {
+	dir = filepath.Join(b.tmp, dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return start(name, dir, b.fenceBin, b.self)
+}
+
+// round measures every scenario on one freshly started system; a scenario
+// with MaxOps gets a fresh system of its own, and the members' memory is
+// read before and after it.
+func (b *bencher) round(ctx context.Context, round int, name string) error {
+	sys, err := b.startIn(name, fmt.Sprintf("%s-%d", name, round))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if sys != nil {
+			sys.Stop()
+		}
+	}()
+	d := b.o.d
+	for _, sc := range b.scenarios {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cfg := bench.Config{Target: sys, Workload: sc.Workload, Clients: sc.Clients, Duration: d,
+			MaxOps: 1 << 40, TTL: 10 * time.Second, Window: 64}
+		var mem *Memory
+		if sc.MaxOps > 0 {
+			if _, ok := sys.(bench.LeaseCreator); !ok && sc.Workload == bench.ManyLeases {
+				continue
+			}
+			sys.Stop()
+			if sys, err = b.startIn(name, fmt.Sprintf("%s-%d-%s", name, round, sc.Name)); err != nil {
+				return err
+			}
+			cfg.Target, cfg.MaxOps, cfg.Duration, cfg.TTL = sys, sc.MaxOps, 10*time.Minute, time.Hour
+			mem = &Memory{Scenario: sc.Name, Before: rss(sys)}
+		}
+		profiled := make(chan error, 1)
+		if b.o.profiles != "" && round == 1 {
+			go func() { profiled <- profileLeader(ctx, sys, sc.Name, b.o.profiles, d) }()
+		} else {
+			profiled <- nil
+		}
+		r, err := bench.Run(ctx, cfg)
+		if mem != nil && err == nil {
+			time.Sleep(2 * time.Second) // followers apply the tail
+			mem.After = rss(sys)
+			b.res.Memory[name] = append(b.res.Memory[name], *mem)
+			fmt.Printf("round %d %-11s %-15s RSS per member before %v, after %v MiB\n", round, name, sc.Name, mib(mem.Before), mib(mem.After))
+		}
+		if perr := <-profiled; perr != nil {
+			fmt.Fprintf(os.Stderr, "profile %s %s: %v\n", name, sc.Name, perr)
+		}
+		if errors.Is(err, bench.ErrUnsupported) {
+			continue // e.g. renewals for Redis: not part of the comparison
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "round %d %s %s: %v\n", round, name, sc.Name, err)
+			continue
+		}
+		fmt.Printf("round %d %-11s %-15s %10.0f %s/s\n", round, name, sc.Name, r.OpsPerSec, r.Unit)
+		if b.res.Runs[name] == nil {
+			b.res.Runs[name] = map[string][]*bench.Result{}
+		}
+		b.res.Runs[name][sc.Name] = append(b.res.Runs[name][sc.Name], r)
 	}
 	return nil
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/fencehq/fence/bench/peers"
 )
 
 // leaderHTTP is a system whose leader serves /debug/pprof (fence).
@@ -48,23 +48,11 @@ func profileLeader(ctx context.Context, sys system, scenario, dir string, d time
 }
 
 func save(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	if err := peers.Get(ctx, url, f); err != nil {
 		f.Close()
 		return err
 	}
