@@ -21,7 +21,12 @@ import (
 
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/clock"
 )
+
+// realClock times the transport (connect polling, retry backoff): real
+// waits, even when a test drives the lease clock by hand.
+var realClock clock.Real
 
 // Client talks to a fence server or cluster. It is safe for concurrent use.
 // It holds one lease (session) per TTL in use, renewed in the background;
@@ -71,11 +76,9 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 				return c, nil
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
 			closeMembers(ms)
-			return nil, fmt.Errorf("fence: cannot reach a server at %s: %w (is 'fence serve' running there?)", strings.Join(targets, ", "), ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+			return nil, fmt.Errorf("fence: cannot reach a server at %s: %w (is 'fence serve' running there?)", strings.Join(targets, ", "), err)
 		}
 	}
 }
@@ -254,9 +257,9 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lea
 func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Option) (*Lease, error) {
 	o := c.opts
 	o.apply(opts)
-	start := time.Now()
+	start := o.clock.Now()
 	l, err := c.acquireOnce(ctx, name, wait, &o)
-	c.opts.observer.AcquireWait(time.Since(start), err == nil)
+	c.opts.observer.AcquireWait(clock.Since(o.clock, start), err == nil)
 	return l, err
 }
 
@@ -389,12 +392,22 @@ func (c *Client) retry(ctx context.Context, call func(context.Context) error) er
 			continue // try the next member at once
 		}
 		tried = 0
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w (last error: %v)", ErrIndeterminate, ctx.Err(), err)
-		case <-time.After(delay):
+		if serr := sleep(ctx, delay); serr != nil {
+			return fmt.Errorf("%w: %w (last error: %v)", ErrIndeterminate, serr, err)
 		}
 		delay = min(2*delay, time.Second)
+	}
+}
+
+// sleep waits d of real time, or until ctx ends (then it returns ctx.Err()).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := realClock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/fencehq/fence/internal/clock"
 )
 
 // Option configures a Client (Dial) or one lock (Lock, TryLock, Do).
@@ -19,11 +21,12 @@ type options struct {
 	observer   Observer
 	dialOpts   []grpc.DialOption
 	adminToken string
+	clock      clock.Clock // lease timing: deadlines, renewals; tests inject a fake
 }
 
 func defaults() options {
 	host, _ := os.Hostname()
-	return options{ttl: 30 * time.Second, owner: host + "/" + strconv.Itoa(os.Getpid()), observer: nopObserver{}}
+	return options{ttl: 30 * time.Second, owner: host + "/" + strconv.Itoa(os.Getpid()), observer: nopObserver{}, clock: clock.Real{}}
 }
 
 func (o *options) apply(opts []Option) {
@@ -53,6 +56,9 @@ func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.marg
 // WithLockDelay sets the lock-delay of a grant: if this holder's lease
 // expires, the lock is not re-granted for d (default: the server's, 5s).
 func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDelay = &d } }
+
+// withClock sets the clock that times leases (tests: clocktest.Fake).
+func withClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithOwner sets the label others see for this client's leases (default host/pid).
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }

@@ -11,15 +11,17 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/clock"
 )
 
 // session is one server lease (a session) shared by the locks a Client holds
 // with the same TTL. It renews itself every TTL/3 on one KeepAlive stream and
 // ends at its local deadline unless a renewal succeeded: deadline = the time
-// the last successful renewal was SENT + TTL − safety margin, on this
-// process's monotonic clock.
+// the last successful renewal was SENT + TTL − safety margin, on the client's
+// clock (CLOCK_BOOTTIME: it counts while the host is suspended).
 type session struct {
 	c      *Client
+	clk    clock.Clock
 	ttl    time.Duration
 	margin time.Duration
 	id     []byte
@@ -30,7 +32,7 @@ type session struct {
 	failing  error         // guarded by mu; the last renewal error, nil while renewals succeed
 	err      error         // guarded by mu; why the session ended
 	ended    chan struct{} // closed when the session ends
-	timer    *time.Timer   // fires at deadline
+	timer    clock.Timer   // fires at deadline
 	stop     context.CancelFunc
 	names    map[string]chan struct{} // guarded by mu; one local holder per lock name
 }
@@ -39,7 +41,8 @@ type session struct {
 // CreateLease call was sent.
 func (c *Client) newSession(ctx context.Context, ttl time.Duration) (*session, error) {
 	req := newRequestID()
-	sent := time.Now()
+	clk := c.opts.clock
+	sent := clk.Now()
 	var resp *api.CreateLeaseResponse
 	err := c.retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = c.leader().CreateLease(ctx, &api.CreateLeaseRequest{RequestId: req, Ttl: durationpb.New(ttl), Owner: c.opts.owner})
@@ -48,9 +51,9 @@ func (c *Client) newSession(ctx context.Context, ttl time.Duration) (*session, e
 	if err != nil {
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
-	s := &session{c: c, ttl: ttl, margin: c.opts.safetyMargin(), id: resp.LeaseId, number: resp.LeaseNumber,
+	s := &session{c: c, clk: clk, ttl: ttl, margin: c.opts.safetyMargin(), id: resp.LeaseId, number: resp.LeaseNumber,
 		deadline: sent.Add(ttl - c.opts.safetyMargin()), ended: make(chan struct{}), names: map[string]chan struct{}{}}
-	s.timer = time.AfterFunc(time.Until(s.deadline), s.check)
+	s.timer = clk.AfterFunc(clock.Until(clk, s.deadline), s.check)
 	loop, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	go s.renew(loop)
@@ -62,7 +65,7 @@ func (c *Client) newSession(ctx context.Context, ttl time.Duration) (*session, e
 // of the expiry on its first look, before the timer goroutine runs.
 func (s *session) check() {
 	s.mu.Lock()
-	if s.err != nil || time.Now().Before(s.deadline) {
+	if s.err != nil || s.clk.Now().Before(s.deadline) {
 		s.mu.Unlock()
 		return
 	}
@@ -110,12 +113,12 @@ func (s *session) jeopardy() error {
 func (s *session) renewed(sent time.Time, ttl time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil || !time.Now().Before(s.deadline) {
+	if s.err != nil || !s.clk.Now().Before(s.deadline) {
 		return // too late: the deadline passed while the renewal was in flight
 	}
 	if d := sent.Add(ttl - s.margin); d.After(s.deadline) {
 		s.deadline = d
-		s.timer.Reset(time.Until(d))
+		s.timer.Reset(clock.Until(s.clk, d))
 	}
 	s.failing = nil
 }
@@ -145,14 +148,18 @@ func (s *session) renew(ctx context.Context) {
 		rs = nil
 		s.renewFailed(err)
 	}
-	next := time.Now().Add(interval)
+	wake := s.clk.NewTimer(interval) // the next renewal
+	defer wake.Stop()
+	patience := s.clk.NewTimer(interval) // how long to wait for an answer
+	patience.Stop()
+	defer patience.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(next)):
+		case <-wake.C():
 		}
-		next = time.Now().Add(retryEvery) // unless the renewal below succeeds
+		wake.Reset(retryEvery) // unless the renewal below succeeds
 		if rs == nil {
 			var err error
 			if rs, err = s.openStream(ctx); err != nil {
@@ -161,7 +168,8 @@ func (s *session) renew(ctx context.Context) {
 			}
 		}
 		seq++
-		sent := time.Now()
+		patience.Reset(interval)
+		sent := s.clk.Now()
 		if err := rs.st.Send(&api.KeepAliveRequest{LeaseId: s.id, Seq: seq}); err != nil {
 			fail(err)
 			continue
@@ -178,13 +186,13 @@ func (s *session) renew(ctx context.Context) {
 				return
 			}
 			s.renewed(sent, r.GetTtl().AsDuration())
-			next = sent.Add(interval)
+			wake.Reset(clock.Until(s.clk, sent.Add(interval)))
 		case err := <-rs.errs:
 			if errors.Is(err, io.EOF) {
 				err = errors.New("renewal stream closed by the server")
 			}
 			fail(err)
-		case <-time.After(interval):
+		case <-patience.C():
 			// A member that cannot commit (a deposed leader cut off from the
 			// majority) never answers: try another.
 			fail(errors.New("no answer to a renewal within TTL/3"))
