@@ -28,7 +28,8 @@ func BenchmarkApply(b *testing.B) {
 			if i%2 == 1 {
 				kind = KindRelease
 			}
-			c := Command{Kind: kind, RequestID: req, Lease: id(1), Name: names[(i/2)%len(names)]}
+			seq := uint64(i) + 1
+			c := Command{Kind: kind, RequestID: req, Lease: id(1), Seq: seq, Ack: seq, Name: names[(i/2)%len(names)]}
 			if r := s.Apply(&c); r.Code != OK {
 				b.Fatal(r.Code)
 			}
@@ -56,7 +57,7 @@ func BenchmarkApply(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			c := Command{Kind: KindPut, Name: "k", Value: v, Token: 1}
+			c := Command{Kind: KindPut, RequestID: req(2), Name: "k", Value: v, Token: 1}
 			s.Apply(&c)
 		}
 	})
@@ -66,7 +67,7 @@ func BenchmarkApply(b *testing.B) {
 func BenchmarkCodec(b *testing.B) {
 	cmds := make([]Command, 256)
 	for i := range cmds {
-		cmds[i] = Command{Kind: KindAcquire, RequestID: req(byte(i)), Lease: id(1), Name: "jobs/" + strconv.Itoa(i), Wait: true, LockDelay: time.Second}
+		cmds[i] = Command{Kind: KindAcquire, RequestID: RequestID{byte(i >> 8), byte(i), 1}, Lease: id(1), Seq: uint64(i) + 1, Name: "jobs/" + strconv.Itoa(i), Wait: true, LockDelay: time.Second}
 	}
 	buf := EncodeBatch(nil, cmds)
 	b.Run("encode", func(b *testing.B) {
@@ -110,7 +111,7 @@ func BenchmarkMillionLeases(b *testing.B) {
 			}
 			if j%10 == 0 {
 				binary.LittleEndian.PutUint64(rid[8:], 1)
-				a := Command{Kind: KindAcquire, RequestID: rid, Lease: lid, Name: "job/" + strconv.Itoa(j)}
+				a := Command{Kind: KindAcquire, RequestID: rid, Lease: lid, Seq: 1, Name: "job/" + strconv.Itoa(j)}
 				if r := s.Apply(&a); r.Code != OK {
 					b.Fatal(r.Code, r.Reason)
 				}

@@ -17,8 +17,11 @@ func (id LeaseID) String() string { return hex.EncodeToString(id[:3]) + "…" }
 // IsZero reports whether id is unset.
 func (id LeaseID) IsZero() bool { return id == LeaseID{} }
 
-// RequestID identifies one client call across retries. Zero means the
-// command was proposed by the leader itself and is never deduplicated.
+// RequestID identifies one client call across retries: 16 random bytes the
+// client picks once per call and sends again on every retry. Every command a
+// client causes carries one (Validate refuses a zero id); the commands the
+// leader proposes on its own (Renew, Expire, CancelWait, GrantNext, Tick,
+// SetNode) carry none.
 type RequestID [16]byte
 
 // IsZero reports whether id is unset.
@@ -38,13 +41,18 @@ const (
 	// KindExpire ends a lease whose deadline passed on the leader. Fields: Lease,
 	// Renewals (the renewal count the leader judged; a later renewal makes this a no-op).
 	KindExpire Kind = 4
-	// KindAcquire takes a lock or joins its queue. Fields: RequestID, Lease, Name, Wait, LockDelay.
+	// KindAcquire takes a lock or joins its queue. Fields: RequestID, Lease,
+	// Seq, Ack, Name, Wait, LockDelay.
 	KindAcquire Kind = 5
-	// KindRelease gives up a held lock. Fields: RequestID, Lease, Name.
+	// KindRelease gives up a held lock. Fields: RequestID, Lease, Seq, Ack, Name.
 	KindRelease Kind = 6
-	// KindCancelWait leaves a lock's queue (the waiting call ended). Fields: Lease, Name.
+	// KindCancelWait leaves a lock's queue (the waiting call ended). Fields:
+	// Lease, Name, Seq (of the Acquire that waits: a late CancelWait cannot
+	// end a later wait of the same lease).
 	KindCancelWait Kind = 7
-	// KindGrantNext ends a lock's lock-delay and grants it to the next waiter. Fields: Name.
+	// KindGrantNext ends a lock's lock-delay and grants it to the next waiter.
+	// Fields: Name, Token (the token of the grant whose expiry began the
+	// delay: a late or retried GrantNext cannot end a later delay).
 	KindGrantNext Kind = 8
 	// KindPut writes the fenced key-value resource. Fields: Name (the key), Value, Token.
 	KindPut Kind = 9
@@ -54,13 +62,17 @@ const (
 	// A leader proposes it for itself on takeover, so followers can point
 	// clients at it.
 	KindSetNode Kind = 11
+	// KindForceRelease (admin) ends one grant: the lock Name if its current
+	// grant has Token, handed at once to the next waiter. The holder's lease
+	// and its other locks live on. Fields: RequestID, Name, Token.
+	KindForceRelease Kind = 12
 )
 
 var kindNames = [...]string{
 	KindCreateLease: "create-lease", KindRenew: "renew", KindRevoke: "revoke",
 	KindExpire: "expire", KindAcquire: "acquire", KindRelease: "release",
 	KindCancelWait: "cancel-wait", KindGrantNext: "grant-next", KindPut: "put",
-	KindTick: "tick", KindSetNode: "set-node",
+	KindTick: "tick", KindSetNode: "set-node", KindForceRelease: "force-release",
 }
 
 func (k Kind) String() string {
@@ -76,12 +88,20 @@ type Command struct {
 	Kind      Kind
 	RequestID RequestID
 	Lease     LeaseID
+	// Seq numbers a client's calls within one lease (Acquire, Release), from
+	// 1, a new number per call and the same on its retries; CancelWait names
+	// the waiting Acquire by it.
+	Seq uint64
+	// Ack: every call of this lease numbered below Ack has been answered, so
+	// the state forgets their answers and refuses them if they arrive again
+	// (Raft thesis §6.3). 0 acknowledges nothing.
+	Ack       uint64
 	TTL       time.Duration // CreateLease
 	Owner     string        // CreateLease
 	Name      string        // lock name; the key for Put
 	Wait      bool          // Acquire
 	LockDelay time.Duration // Acquire
-	Token     uint64        // Put
+	Token     uint64        // Put; GrantNext, ForceRelease: the grant meant
 	Value     []byte        // Put
 	Renewals  uint64        // Expire
 	Elapsed   time.Duration // Tick
@@ -113,12 +133,24 @@ const (
 	// Invalid: the command breaks a rule no valid client sends (checked again here
 	// so that a bad entry in the log cannot corrupt state).
 	Invalid
+	// Ended: a retried Acquire whose grant (Token) has ended since (released
+	// or force-released), or a ForceRelease whose grant is no longer held.
+	Ended
+	// Cancelled: a retried Acquire whose wait was cancelled.
+	Cancelled
+	// Answered: a call numbered below the lease's acknowledged floor arrived
+	// again: a late duplicate of a call whose answer the client has. Nothing
+	// is done.
+	Answered
+	// TooManyCalls: the lease has MaxCallsInFlight calls unacknowledged.
+	TooManyCalls
 )
 
 var codeNames = [...]string{
 	OK: "ok", Queued: "queued", LeaseNotFound: "lease not found", LockHeld: "lock held",
 	AlreadyHeld: "already held", NotHolder: "not holder", NotWaiting: "not waiting",
-	Stale: "stale token", Renewed: "renewed", Invalid: "invalid",
+	Stale: "stale token", Renewed: "renewed", Invalid: "invalid", Ended: "grant ended",
+	Cancelled: "wait cancelled", Answered: "already answered", TooManyCalls: "too many calls in flight",
 }
 
 func (c Code) String() string {
@@ -146,6 +178,9 @@ type Result struct {
 	TTL time.Duration
 	// Released: locks released by Revoke, in name order.
 	Released []string
+	// Held: the tokens of the locks the lease holds, in name order (Renew),
+	// so a holder learns of a grant an admin ended.
+	Held []uint64
 	// Reason explains Invalid.
 	Reason string
 	// Events are the side effects the server must act on, in order.
@@ -167,8 +202,9 @@ const (
 	Granted
 	// Released: a lock lost its holder (Name).
 	Released
-	// DelayStarted: a lock entered lock-delay (Name, Delay); the leader proposes
-	// GrantNext once it has passed.
+	// DelayStarted: a lock entered lock-delay (Name, Delay, Token of the
+	// grant that expired); the leader proposes GrantNext with that Token once
+	// it has passed.
 	DelayStarted
 )
 

@@ -11,7 +11,7 @@ import (
 // apply without breaking the state's invariants.
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add(EncodeBatch(nil, []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", true)}))
-	f.Add(EncodeBatch(nil, []Command{{Kind: KindPut, Name: "k", Value: []byte("v"), Token: 1}, {Kind: KindTick, Elapsed: time.Second}}))
+	f.Add(EncodeBatch(nil, []Command{{Kind: KindPut, RequestID: RequestID{1}, Name: "k", Value: []byte("v"), Token: 1}, {Kind: KindTick, Elapsed: time.Second}}))
 	f.Add([]byte{1, 1, 99})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -35,7 +35,7 @@ func FuzzDecodeBatch(f *testing.F) {
 func FuzzUnmarshal(f *testing.F) {
 	s := New()
 	for _, c := range []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 4, "a", true),
-		{Kind: KindPut, Name: "k", Value: []byte("v"), Token: 1}} {
+		{Kind: KindPut, RequestID: RequestID{1}, Name: "k", Value: []byte("v"), Token: 1}} {
 		s.Apply(&c)
 	}
 	f.Add(s.Marshal(nil))

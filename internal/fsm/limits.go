@@ -19,9 +19,10 @@ const (
 	MaxTTL       = 24 * time.Hour
 	MaxLockDelay = 10 * time.Minute
 	MaxElapsed   = time.Minute // per Tick
-	// recentCap bounds the per-lease memory of request results used to answer
-	// retries; a client retries at most its in-flight calls.
-	recentCap = 256
+	// MaxCallsInFlight bounds the answers a lease remembers: its calls not yet
+	// acknowledged (see Command.Ack). A call beyond it is refused with
+	// TooManyCalls and not executed.
+	MaxCallsInFlight = 1024
 )
 
 // ErrInvalid is wrapped by every validation error.
@@ -68,6 +69,18 @@ func (c *Command) Validate() error {
 	if want&fLease != 0 && c.Lease.IsZero() {
 		return fmt.Errorf("%w: %s needs a lease id", ErrInvalid, c.Kind)
 	}
+	if want&fRequest != 0 && c.RequestID.IsZero() {
+		return fmt.Errorf("%w: %s needs a request id (16 random bytes, the same on every retry of one call)", ErrInvalid, c.Kind)
+	}
+	if want&fSeq != 0 && c.Seq == 0 {
+		return fmt.Errorf("%w: %s needs a call number (seq ≥ 1)", ErrInvalid, c.Kind)
+	}
+	if c.Ack > c.Seq {
+		return fmt.Errorf("%w: ack %d is above the call's own seq %d (a call is not answered before it is made)", ErrInvalid, c.Ack, c.Seq)
+	}
+	if want&fToken != 0 && c.Token == 0 {
+		return fmt.Errorf("%w: token 0 was never issued; tokens start at 1", ErrInvalid)
+	}
 	if want&fName != 0 {
 		what := "lock name"
 		switch c.Kind {
@@ -91,9 +104,6 @@ func (c *Command) Validate() error {
 			return fmt.Errorf("%w: lock-delay %v is outside 0…%v", ErrInvalid, c.LockDelay, MaxLockDelay)
 		}
 	case KindPut:
-		if c.Token == 0 {
-			return fmt.Errorf("%w: token 0 was never issued; tokens start at 1", ErrInvalid)
-		}
 		if len(c.Value) > MaxValueLen {
 			return fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.Value), MaxValueLen)
 		}
@@ -123,6 +133,8 @@ const (
 	fRenewals
 	fElapsed
 	fAddr
+	fSeq
+	fAck
 )
 
 func fieldsOf(k Kind) uint16 {
@@ -136,13 +148,15 @@ func fieldsOf(k Kind) uint16 {
 	case KindExpire:
 		return fLease | fRenewals
 	case KindAcquire:
-		return fRequest | fLease | fName | fWait | fLockDelay
+		return fRequest | fLease | fSeq | fAck | fName | fWait | fLockDelay
 	case KindRelease:
-		return fRequest | fLease | fName
+		return fRequest | fLease | fSeq | fAck | fName
 	case KindCancelWait:
-		return fLease | fName
+		return fLease | fSeq | fName
 	case KindGrantNext:
-		return fName
+		return fName | fToken
+	case KindForceRelease:
+		return fRequest | fName | fToken
 	case KindPut:
 		return fRequest | fName | fValue | fToken
 	case KindTick:
@@ -173,5 +187,7 @@ func (c *Command) fields() uint16 {
 	set(fRenewals, c.Renewals != 0)
 	set(fElapsed, c.Elapsed != 0)
 	set(fAddr, c.Addr != "")
+	set(fSeq, c.Seq != 0)
+	set(fAck, c.Ack != 0)
 	return f
 }

@@ -67,12 +67,18 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, s *State) {
 }
 
 // genCommand draws commands from a small universe (4 leases, 3 locks,
-// 2 keys, 6 request ids) so that collisions, retries and handoffs are common.
+// 2 keys, 6 request ids, 6 call numbers) so that collisions, retries, late
+// duplicates and handoffs are common. A call number usually comes with its
+// own request id (a retry), sometimes with another (a client bug).
 func genCommand(t *rapid.T) Command {
 	lease := LeaseID{rapid.ByteRange(1, 4).Draw(t, "lease")}
 	rq := RequestID{rapid.ByteRange(1, 6).Draw(t, "req")}
 	name := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "name")
-	switch k := Kind(rapid.IntRange(1, 11).Draw(t, "kind")); k {
+	seq := uint64(rapid.IntRange(1, 6).Draw(t, "seq"))
+	ack := uint64(rapid.IntRange(0, int(seq)).Draw(t, "ack"))
+	callReq := RequestID{byte(seq), byte(rapid.IntRange(0, 9).Draw(t, "reqvariant") / 9)}
+	token := uint64(rapid.IntRange(1, 8).Draw(t, "token"))
+	switch k := Kind(rapid.IntRange(1, 12).Draw(t, "kind")); k {
 	case KindSetNode:
 		return Command{Kind: k, Name: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "node"),
 			Addr: rapid.SampledFrom([]string{"127.0.0.1:7300", "127.0.0.1:7310"}).Draw(t, "addr")}
@@ -86,17 +92,18 @@ func genCommand(t *rapid.T) Command {
 		return Command{Kind: k, Lease: lease, Renewals: uint64(rapid.IntRange(0, 2).Draw(t, "renewals"))}
 	case KindAcquire:
 		delay := time.Duration(rapid.IntRange(0, 1).Draw(t, "delay")) * time.Second
-		return Command{Kind: k, RequestID: rq, Lease: lease, Name: name, Wait: rapid.Bool().Draw(t, "wait"), LockDelay: delay}
+		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Name: name, Wait: rapid.Bool().Draw(t, "wait"), LockDelay: delay}
 	case KindRelease:
-		return Command{Kind: k, RequestID: rq, Lease: lease, Name: name}
+		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Name: name}
 	case KindCancelWait:
-		return Command{Kind: k, Lease: lease, Name: name}
+		return Command{Kind: k, Lease: lease, Seq: seq, Name: name}
 	case KindGrantNext:
-		return Command{Kind: k, Name: name}
+		return Command{Kind: k, Name: name, Token: token}
+	case KindForceRelease:
+		return Command{Kind: k, RequestID: rq, Name: name, Token: token}
 	case KindPut:
 		key := rapid.SampledFrom([]string{"x", "y"}).Draw(t, "key")
-		return Command{Kind: k, Name: key, Value: []byte{byte(rapid.IntRange(0, 255).Draw(t, "value"))},
-			Token: uint64(rapid.IntRange(1, 8).Draw(t, "token"))}
+		return Command{Kind: k, RequestID: rq, Name: key, Value: []byte{byte(rapid.IntRange(0, 255).Draw(t, "value"))}, Token: token}
 	default:
 		return Command{Kind: KindTick, Elapsed: 100 * time.Millisecond}
 	}
@@ -106,17 +113,34 @@ func genCommand(t *rapid.T) Command {
 // command: tokens strictly increase; at most one holder per lock (and the
 // indexes agree); waiters are granted in FIFO order; only the holder's lease
 // releases; an ended lease holds and waits for nothing; refusals change
-// nothing; snapshot → restore is identical; replay gives the same state.
+// nothing but the memory of answers; a call is executed at most once (a
+// retry or late duplicate changes nothing but that memory, and answers OK
+// only while its grant is held); a force-release ends only the grant it
+// names; snapshot → restore is identical; replay gives the same state.
 func TestProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := New()
 		var cmds []Command
 		var results []Result
 		lastToken := uint64(0)
+		type callKey struct {
+			lease uint64
+			seq   uint64
+		}
+		seen := map[callKey]bool{} // calls executed once already, by lease number
 		n := rapid.IntRange(1, 120).Draw(t, "n")
 		for i := 0; i < n; i++ {
 			c := genCommand(t)
 			before := s.Marshal(nil)
+			beforeSans := withoutCalls(s)
+			var key callKey
+			if l := s.leases[c.Lease]; l != nil && (c.Kind == KindAcquire || c.Kind == KindRelease) {
+				key = callKey{l.number, c.Seq}
+			}
+			holdersBefore := map[LeaseID][]string{}
+			for id, l := range s.leases {
+				holdersBefore[id] = slices.Clone(l.holds)
+			}
 			queues := map[string][]LeaseID{}
 			holders := map[string]LeaseID{}
 			for _, k := range s.Locks() {
@@ -153,12 +177,41 @@ func TestProperties(t *testing.T) {
 				t.Fatalf("counter %d, last granted %d", s.Token(), lastToken)
 			}
 			// Only the holder's lease releases.
-			if c.Kind == KindRelease && r.Code == OK && holders[c.Name] != c.Lease && string(before) != string(s.Marshal(nil)) {
+			if c.Kind == KindRelease && r.Code == OK && holders[c.Name] != c.Lease && !bytes.Equal(beforeSans, withoutCalls(s)) {
 				t.Fatalf("lease %v released %s held by %v", c.Lease, c.Name, holders[c.Name])
 			}
-			// Refusals change nothing.
-			if r.Code != OK && r.Code != Queued && !bytes.Equal(before, s.Marshal(nil)) {
+			// Refusals change nothing but the memory of answers.
+			if r.Code != OK && r.Code != Queued && !bytes.Equal(beforeSans, withoutCalls(s)) {
 				t.Fatalf("%v refused with %v but changed the state", c.Kind, r.Code)
+			}
+			if r.Code == Invalid && !bytes.Equal(before, s.Marshal(nil)) {
+				t.Fatalf("%v invalid (%s) but changed the state", c.Kind, r.Reason)
+			}
+			// A call is executed at most once.
+			if key != (callKey{}) {
+				if seen[key] && !bytes.Equal(beforeSans, withoutCalls(s)) {
+					t.Fatalf("call %d of lease #%d (%v) was executed again: %v", c.Seq, key.lease, c.Kind, r.Code)
+				}
+				if seen[key] && c.Kind == KindAcquire && r.Code == OK {
+					if k, _ := s.Lock(c.Name); k.Holder != c.Lease || k.Token != r.Token {
+						t.Fatalf("retried acquire answered OK with token %d, but the lock is %+v", r.Token, k)
+					}
+				}
+				if r.Code != Invalid && r.Code != Answered && r.Code != TooManyCalls {
+					seen[key] = true
+				}
+			}
+			// A force-release ends only the grant it names; every lease lives on.
+			if c.Kind == KindForceRelease {
+				others := func(names []string) []string {
+					return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == c.Name })
+				}
+				for id, names := range holdersBefore {
+					l := s.leases[id]
+					if l == nil || !slices.Equal(others(l.holds), others(names)) {
+						t.Fatalf("force-release of %s changed lease %v: %v → %v", c.Name, id, names, l)
+					}
+				}
 			}
 			// An ended lease holds nothing and waits for nothing.
 			if (c.Kind == KindRevoke || c.Kind == KindExpire) && r.Code == OK {
@@ -202,13 +255,27 @@ func TestProperties(t *testing.T) {
 	})
 }
 
+// withoutCalls encodes s without the leases' memory of answers.
+func withoutCalls(s *State) []byte {
+	c := normalize(s)
+	for _, l := range c.leases {
+		l.calls, l.acked = nil, 0
+	}
+	for _, k := range c.locks {
+		for i := range k.waiters {
+			k.waiters[i].seq = 0
+		}
+	}
+	return c.Marshal(nil)
+}
+
 // normalize maps nil and empty slices to one form so DeepEqual compares content.
 func normalize(s *State) *State {
 	c := *s
 	c.leases = map[LeaseID]*lease{}
 	for id, l := range s.leases {
 		n := *l
-		n.holds, n.waits, n.recent = slices.Clip(append([]string{}, l.holds...)), slices.Clip(append([]string{}, l.waits...)), append([]recent{}, l.recent...)
+		n.holds, n.waits, n.calls = slices.Clip(append([]string{}, l.holds...)), slices.Clip(append([]string{}, l.waits...)), append([]call{}, l.calls...)
 		c.leases[id] = &n
 	}
 	c.locks = map[string]*lock{}

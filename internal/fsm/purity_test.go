@@ -15,7 +15,7 @@ import (
 // goroutines and select on no channels.
 func TestPure(t *testing.T) {
 	allowed := map[string]bool{"encoding/binary": true, "encoding/hex": true, "errors": true, "fmt": true,
-		"maps": true, "slices": true, "time": true, "unicode": true, "unicode/utf8": true,
+		"cmp": true, "maps": true, "slices": true, "time": true, "unicode": true, "unicode/utf8": true,
 		"github.com/fencehq/fence/internal/planted": true} // constants only: see that package
 	forbiddenTime := map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true,
 		"AfterFunc": true, "NewTimer": true, "NewTicker": true, "Tick": true}

@@ -10,18 +10,19 @@ import (
 	"github.com/fencehq/fence/internal/planted"
 )
 
-// Snapshot format (version 2), canonical: leases sorted by id, locks and keys
-// by name, so equal states give equal bytes.
+// Snapshot format (version 3), canonical: leases sorted by id, calls by
+// number, locks and keys by name, so equal states give equal bytes.
 //
 //	version token clock leaseSeq
-//	count × lease(id number ttl owner createReq renewals renewedAt count × recent(req kind token))
-//	count × lock(name holder holderReq token lockDelay delayed delayFrom count × waiter(lease req lockDelay))
+//	count × lease(id number ttl owner createReq renewals renewedAt acked count × call(seq req kind code token))
+//	count × lock(name holder token lockDelay delayed delayFrom count × waiter(lease seq lockDelay))
 //	count × kv(key value token)
 //	count × node(id addr)
 //
 // The indexes derived from locks (lease.holds, lease.waits) and the
 // CreateLease dedup map are rebuilt by Unmarshal, not stored.
-const snapshotVersion = 2
+// Version 2 (fence before call numbers) is refused with ErrOldFormat.
+const snapshotVersion = 3
 
 // Marshal appends the canonical encoding of the whole state to dst.
 func (s *State) Marshal(dst []byte) []byte {
@@ -41,11 +42,13 @@ func (s *State) Marshal(dst []byte) []byte {
 		dst = append(dst, l.createReq[:]...)
 		dst = binary.AppendUvarint(dst, l.renewals)
 		dst = binary.AppendUvarint(dst, uint64(l.renewedAt))
-		dst = binary.AppendUvarint(dst, uint64(len(l.recent)))
-		for _, r := range l.recent {
-			dst = append(dst, r.req[:]...)
-			dst = append(dst, byte(r.kind))
-			dst = binary.AppendUvarint(dst, r.token)
+		dst = binary.AppendUvarint(dst, l.acked)
+		dst = binary.AppendUvarint(dst, uint64(len(l.calls)))
+		for _, k := range l.calls {
+			dst = binary.AppendUvarint(dst, k.seq)
+			dst = append(dst, k.req[:]...)
+			dst = append(dst, byte(k.kind), byte(k.code))
+			dst = binary.AppendUvarint(dst, k.token)
 		}
 	}
 
@@ -55,7 +58,6 @@ func (s *State) Marshal(dst []byte) []byte {
 		k := s.locks[name]
 		dst = appendString(dst, k.name)
 		dst = append(dst, k.holder[:]...)
-		dst = append(dst, k.holderReq[:]...)
 		dst = binary.AppendUvarint(dst, k.token)
 		dst = binary.AppendUvarint(dst, uint64(k.lockDelay))
 		dst = appendBool(dst, k.delayed)
@@ -63,7 +65,7 @@ func (s *State) Marshal(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(k.waiters)))
 		for _, w := range k.waiters {
 			dst = append(dst, w.lease[:]...)
-			dst = append(dst, w.req[:]...)
+			dst = binary.AppendUvarint(dst, w.seq)
 			dst = binary.AppendUvarint(dst, uint64(w.lockDelay))
 		}
 	}
@@ -92,6 +94,9 @@ func (s *State) Marshal(dst []byte) []byte {
 func Unmarshal(b []byte) (*State, error) {
 	d := decoder{b: b}
 	if v := d.byte(); d.err == nil && v != snapshotVersion {
+		if v < snapshotVersion {
+			return nil, fmt.Errorf("%w: snapshot format %d (this fence reads %d)", ErrOldFormat, v, snapshotVersion)
+		}
 		return nil, fmt.Errorf("%w: snapshot version %d, want %d", ErrCorrupt, v, snapshotVersion)
 	}
 	s := New()
@@ -109,12 +114,17 @@ func Unmarshal(b []byte) (*State, error) {
 		d.fixed(l.createReq[:])
 		l.renewals = d.uvarint()
 		l.renewedAt = d.duration()
+		l.acked = d.uvarint()
 		for m := d.count(); m > 0 && d.err == nil; m-- {
-			var r recent
-			d.fixed(r.req[:])
-			r.kind = Kind(d.byte())
-			r.token = d.uvarint()
-			l.recent = append(l.recent, r)
+			var k call
+			k.seq = d.uvarint()
+			d.fixed(k.req[:])
+			k.kind, k.code = Kind(d.byte()), Code(d.byte())
+			k.token = d.uvarint()
+			if d.err == nil && !s.validCall(l, k) {
+				d.fail("lease %v remembers a bad call %+v", l.id, k)
+			}
+			l.calls = append(l.calls, k)
 		}
 		switch {
 		case d.err != nil:
@@ -122,18 +132,16 @@ func Unmarshal(b []byte) (*State, error) {
 			d.fail("lease %v out of order", l.id)
 		case l.ttl < MinTTL || l.ttl > MaxTTL || ValidOwner(l.owner) != nil:
 			d.fail("lease %v has a bad ttl or owner", l.id)
-		case slices.ContainsFunc(l.recent, func(r recent) bool { return r.kind != KindAcquire && r.kind != KindRelease }):
-			d.fail("lease %v remembers a bad request kind", l.id)
+		case l.createReq.IsZero():
+			d.fail("lease %v has no create request id", l.id)
 		case l.number == 0 || l.number > s.leaseSeq:
 			d.fail("lease number %d outside 1…%d", l.number, s.leaseSeq)
-		case len(l.recent) > recentCap:
-			d.fail("lease remembers %d requests, limit %d", len(l.recent), recentCap)
+		case len(l.calls) > MaxCallsInFlight:
+			d.fail("lease remembers %d calls, limit %d", len(l.calls), MaxCallsInFlight)
 		}
 		prevID = l.id
 		s.leases[l.id] = l
-		if !l.createReq.IsZero() {
-			s.created[l.createReq] = l.id
-		}
+		s.created[l.createReq] = l.id
 	}
 
 	var lastName string
@@ -141,7 +149,6 @@ func Unmarshal(b []byte) (*State, error) {
 		k := &lock{}
 		k.name = d.string(MaxNameLen)
 		d.fixed(k.holder[:])
-		d.fixed(k.holderReq[:])
 		k.token = d.uvarint()
 		k.lockDelay = d.duration()
 		k.delayed = d.bool()
@@ -149,7 +156,7 @@ func Unmarshal(b []byte) (*State, error) {
 		for m := d.count(); m > 0 && d.err == nil; m-- {
 			var w waiter
 			d.fixed(w.lease[:])
-			d.fixed(w.req[:])
+			w.seq = d.uvarint()
 			w.lockDelay = d.duration()
 			k.waiters = append(k.waiters, w)
 		}
@@ -176,7 +183,7 @@ func Unmarshal(b []byte) (*State, error) {
 		}
 		for _, w := range k.waiters {
 			l := s.leases[w.lease]
-			if l == nil || w.lease == k.holder || slices.Contains(l.waits, k.name) {
+			if l == nil || w.lease == k.holder || slices.Contains(l.waits, k.name) || !l.queued(w.seq) {
 				d.fail("lock %q has a bad waiter", k.name)
 				break
 			}
@@ -210,6 +217,17 @@ func Unmarshal(b []byte) (*State, error) {
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
+	for _, l := range s.leases {
+		queued := 0
+		for _, k := range l.calls {
+			if k.code == Queued {
+				queued++
+			}
+		}
+		if d.err == nil && queued != len(l.waits) {
+			d.fail("lease %v remembers %d waiting calls but waits for %d locks", l.id, queued, len(l.waits))
+		}
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -220,6 +238,31 @@ func Unmarshal(b []byte) (*State, error) {
 		}
 	}
 	return s, nil
+}
+
+// validCall checks a remembered call read from a snapshot: numbered at or
+// above the lease's floor and after the previous one, an Acquire or Release
+// with an answer either can give, a token only on a grant.
+func (s *State) validCall(l *lease, k call) bool {
+	if k.seq < l.acked || k.seq == 0 || k.req.IsZero() ||
+		len(l.calls) > 0 && k.seq <= l.calls[len(l.calls)-1].seq {
+		return false
+	}
+	switch {
+	case k.kind == KindAcquire && k.code == OK:
+		return k.token >= 1 && k.token <= s.token
+	case k.kind == KindAcquire:
+		return k.token == 0 && (k.code == Queued || k.code == LockHeld || k.code == AlreadyHeld || k.code == Cancelled)
+	case k.kind == KindRelease:
+		return k.token == 0 && (k.code == OK || k.code == NotHolder)
+	}
+	return false
+}
+
+// queued reports whether l remembers call seq as an Acquire still waiting.
+func (l *lease) queued(seq uint64) bool {
+	i, found := l.find(seq)
+	return found && l.calls[i].kind == KindAcquire && l.calls[i].code == Queued
 }
 
 // NodeAddr returns the client address a node recorded, if any.

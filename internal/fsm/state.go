@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -30,20 +32,24 @@ type lease struct {
 	renewedAt time.Duration // logical clock at creation or last renewal
 	holds     []string      // lock names held, sorted (derived from locks)
 	waits     []string      // lock names waited for, sorted (derived from locks)
-	recent    []recent      // answers to retried Acquire/Release, oldest first
+	acked     uint64        // calls numbered below this were answered (the client said so)
+	calls     []call        // answers to the calls numbered acked and above, by seq
 }
 
-// recent remembers the answer to a state-changing request of a lease.
-type recent struct {
+// call remembers the answer to one Acquire or Release of a lease, so that a
+// retry gets the same answer and is never executed twice. An Acquire that
+// was queued is updated when its wait ends (granted or cancelled).
+type call struct {
+	seq   uint64
 	req   RequestID
 	kind  Kind
-	token uint64
+	code  Code
+	token uint64 // OK Acquire: the grant's token
 }
 
 type lock struct {
 	name      string
-	holder    LeaseID // zero: free (then delayed, or about to be deleted)
-	holderReq RequestID
+	holder    LeaseID       // zero: free (then delayed, or about to be deleted)
 	token     uint64        // token of the current or last grant
 	lockDelay time.Duration // of the current grant
 	delayed   bool          // free, in lock-delay after an expiry
@@ -53,7 +59,7 @@ type lock struct {
 
 type waiter struct {
 	lease     LeaseID
-	req       RequestID
+	seq       uint64 // of the Acquire that waits
 	lockDelay time.Duration
 }
 
@@ -96,21 +102,21 @@ func (s *State) Apply(c *Command) Result {
 			return Result{Code: Renewed}
 		}
 		return s.endLease(c.Lease, true)
-	case KindAcquire:
-		return s.acquire(c)
-	case KindRelease:
-		return s.release(c)
+	case KindAcquire, KindRelease:
+		return s.leaseCall(c)
 	case KindCancelWait:
 		return s.cancelWait(c)
 	case KindGrantNext:
 		k := s.locks[c.Name]
-		if k == nil || !k.delayed {
+		if k == nil || !k.delayed || k.token != c.Token {
 			return Result{Code: NotWaiting}
 		}
 		k.delayed = false
 		var r Result
 		s.handOff(k, &r)
 		return r
+	case KindForceRelease:
+		return s.forceRelease(c)
 	case KindPut:
 		return s.put(c)
 	case KindTick:
@@ -137,9 +143,7 @@ func (s *State) createLease(c *Command) Result {
 	l := &lease{id: c.Lease, number: s.leaseSeq, ttl: c.TTL, owner: c.Owner,
 		createReq: c.RequestID, renewedAt: s.clock}
 	s.leases[l.id] = l
-	if !c.RequestID.IsZero() {
-		s.created[c.RequestID] = l.id
-	}
+	s.created[c.RequestID] = l.id
 	return Result{Code: OK, Lease: l.id, LeaseNumber: l.number, TTL: l.ttl,
 		Events: []Event{{Kind: LeaseStarted, Lease: l.id, Number: l.number, TTL: l.ttl}}}
 }
@@ -151,7 +155,11 @@ func (s *State) renew(c *Command) Result {
 	}
 	l.renewals++
 	l.renewedAt = s.clock
-	return Result{Code: OK, LeaseNumber: l.number, TTL: l.ttl,
+	held := make([]uint64, len(l.holds))
+	for i, name := range l.holds {
+		held[i] = s.locks[name].token
+	}
+	return Result{Code: OK, LeaseNumber: l.number, TTL: l.ttl, Held: held,
 		Events: []Event{{Kind: LeaseRenewed, Lease: l.id, Number: l.number, TTL: l.ttl, Renewals: l.renewals}}}
 }
 
@@ -173,12 +181,12 @@ func (s *State) endLease(id LeaseID, expired bool) Result {
 	}
 	for _, name := range l.holds {
 		k := s.locks[name]
-		k.holder, k.holderReq = LeaseID{}, RequestID{}
+		k.holder = LeaseID{}
 		r.Released = append(r.Released, name)
 		r.Events = append(r.Events, Event{Kind: Released, Name: name, Lease: id, Number: l.number, Token: k.token})
 		if expired && k.lockDelay > 0 {
 			k.delayed, k.delayFrom = true, s.clock
-			r.Events = append(r.Events, Event{Kind: DelayStarted, Name: name, Delay: k.lockDelay})
+			r.Events = append(r.Events, Event{Kind: DelayStarted, Name: name, Delay: k.lockDelay, Token: k.token})
 			continue
 		}
 		s.handOff(k, &r)
@@ -189,28 +197,104 @@ func (s *State) endLease(id LeaseID, expired bool) Result {
 	return r
 }
 
-func (s *State) acquire(c *Command) Result {
+// leaseCall runs an Acquire or Release of a lease exactly once: it consults
+// the lease's memory of answers first, so a retry or a late duplicate gets
+// the first answer (or, for a call already acknowledged, a refusal) and is
+// never executed again; a new call is executed and its answer remembered.
+func (s *State) leaseCall(c *Command) Result {
 	l := s.leases[c.Lease]
 	if l == nil {
 		return Result{Code: LeaseNotFound}
 	}
-	k := s.locks[c.Name]
-	if k != nil && k.holder == c.Lease {
-		if k.holderReq == c.RequestID { // retry of the call that won it
-			return Result{Code: OK, Token: k.token, LeaseNumber: l.number}
+	if c.Seq < l.acked {
+		return Result{Code: Answered, LeaseNumber: l.number}
+	}
+	if i, found := l.find(c.Seq); found {
+		k := l.calls[i]
+		if k.req != c.RequestID || k.kind != c.Kind {
+			return Result{Code: Invalid, Reason: fmt.Sprintf("call number %d of this lease was used by another request", c.Seq)}
 		}
+		s.acknowledge(l, c.Ack)
+		return s.recall(l, k, c)
+	}
+	s.acknowledge(l, c.Ack)
+	if len(l.calls) >= MaxCallsInFlight {
+		return Result{Code: TooManyCalls, LeaseNumber: l.number}
+	}
+	var r Result
+	if c.Kind == KindAcquire {
+		r = s.acquire(l, c)
+	} else {
+		r = s.release(l, c)
+	}
+	i, _ := l.find(c.Seq)
+	l.calls = slices.Insert(l.calls, i, call{seq: c.Seq, req: c.RequestID, kind: c.Kind, code: r.Code, token: grantToken(r)})
+	return r
+}
+
+// find returns the index of call seq in l.calls, or where it would go.
+func (l *lease) find(seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(l.calls, seq, func(k call, seq uint64) int { return cmp.Compare(k.seq, seq) })
+}
+
+// grantToken is the token a call's memory keeps: the grant's, for an OK
+// Acquire; zero otherwise.
+func grantToken(r Result) uint64 {
+	if r.Code == OK {
+		return r.Token
+	}
+	return 0
+}
+
+// recall answers a retried call from its remembered answer, as things stand
+// now: a grant that has ended since answers Ended, never OK.
+func (s *State) recall(l *lease, k call, c *Command) Result {
+	r := Result{Code: k.code, LeaseNumber: l.number}
+	if k.kind != KindAcquire || k.code != OK {
+		if k.code == LockHeld {
+			s.describeHolder(s.locks[c.Name], &r)
+		}
+		return r
+	}
+	r.Token = k.token
+	if h := s.locks[c.Name]; h == nil || h.holder != l.id || h.token != k.token {
+		r.Code = Ended
+	}
+	return r
+}
+
+// acknowledge forgets the answers to the calls of l numbered below ack. A
+// call still waiting for its lock is never forgotten (a client that
+// acknowledges it early gets the floor clamped below it).
+func (s *State) acknowledge(l *lease, ack uint64) {
+	if ack <= l.acked {
+		return
+	}
+	n := 0
+	for n < len(l.calls) && l.calls[n].seq < ack && l.calls[n].code != Queued {
+		n++
+	}
+	if n < len(l.calls) && l.calls[n].seq < ack {
+		ack = l.calls[n].seq
+	}
+	l.calls = slices.Delete(l.calls, 0, n)
+	l.acked = max(l.acked, ack)
+}
+
+// settle records how a queued Acquire of l ended (granted or cancelled).
+func (l *lease) settle(seq uint64, code Code, token uint64) {
+	if i, found := l.find(seq); found {
+		l.calls[i].code, l.calls[i].token = code, token
+	}
+}
+
+func (s *State) acquire(l *lease, c *Command) Result {
+	k := s.locks[c.Name]
+	if k != nil && k.holder == l.id {
 		return Result{Code: AlreadyHeld, Token: k.token, LeaseNumber: l.number}
 	}
-	if k != nil {
-		if i := slices.IndexFunc(k.waiters, func(w waiter) bool { return w.lease == c.Lease }); i >= 0 {
-			if k.waiters[i].req == c.RequestID {
-				return Result{Code: Queued, LeaseNumber: l.number}
-			}
-			return Result{Code: AlreadyHeld, LeaseNumber: l.number}
-		}
-	}
-	if rec, ok := l.recall(c.RequestID, KindAcquire); ok { // granted once, since released
-		return Result{Code: OK, Token: rec.token, LeaseNumber: l.number}
+	if k != nil && slices.ContainsFunc(k.waiters, func(w waiter) bool { return w.lease == l.id }) {
+		return Result{Code: AlreadyHeld, LeaseNumber: l.number}
 	}
 	if k == nil {
 		k = &lock{name: c.Name}
@@ -218,41 +302,60 @@ func (s *State) acquire(c *Command) Result {
 	}
 	if k.holder.IsZero() && !k.delayed {
 		var r Result
-		s.grant(k, l, c.RequestID, c.LockDelay, &r)
+		s.grant(k, l, c.LockDelay, &r)
 		r.Code, r.Token, r.LeaseNumber = OK, k.token, l.number
 		return r
 	}
 	if !c.Wait {
-		r := Result{Code: LockHeld, Token: k.token, Delayed: k.delayed}
-		if h := s.leases[k.holder]; h != nil {
-			r.LeaseNumber, r.Owner = h.number, h.owner
-		}
+		r := Result{Code: LockHeld}
+		s.describeHolder(k, &r)
 		return r
 	}
-	k.waiters = append(k.waiters, waiter{lease: l.id, req: c.RequestID, lockDelay: c.LockDelay})
+	k.waiters = append(k.waiters, waiter{lease: l.id, seq: c.Seq, lockDelay: c.LockDelay})
 	l.waits = insertSorted(l.waits, k.name)
 	return Result{Code: Queued, LeaseNumber: l.number}
 }
 
-func (s *State) release(c *Command) Result {
-	l := s.leases[c.Lease]
-	if l == nil {
-		return Result{Code: LeaseNotFound}
+// describeHolder fills a LockHeld result with who holds k (nothing if k is free).
+func (s *State) describeHolder(k *lock, r *Result) {
+	if k == nil {
+		return
 	}
+	r.Token, r.Delayed = k.token, k.delayed
+	if h := s.leases[k.holder]; h != nil {
+		r.LeaseNumber, r.Owner = h.number, h.owner
+	}
+}
+
+func (s *State) release(l *lease, c *Command) Result {
 	k := s.locks[c.Name]
-	if k == nil || k.holder != c.Lease {
-		if _, ok := l.recall(c.RequestID, KindRelease); ok {
-			return Result{Code: OK, LeaseNumber: l.number}
-		}
+	if k == nil || k.holder != l.id {
 		return Result{Code: NotHolder, LeaseNumber: l.number}
 	}
-	r := Result{Code: OK, LeaseNumber: l.number,
-		Events: []Event{{Kind: Released, Name: k.name, Lease: l.id, Number: l.number, Token: k.token}}}
-	l.remember(recent{req: k.holderReq, kind: KindAcquire, token: k.token})
-	l.remember(recent{req: c.RequestID, kind: KindRelease})
+	r := Result{Code: OK, LeaseNumber: l.number}
+	s.unhold(k, l, &r)
+	return r
+}
+
+// unhold ends the grant of k held by l and hands k on at once.
+func (s *State) unhold(k *lock, l *lease, r *Result) {
+	r.Events = append(r.Events, Event{Kind: Released, Name: k.name, Lease: l.id, Number: l.number, Token: k.token})
 	l.holds = removeSorted(l.holds, k.name)
-	k.holder, k.holderReq = LeaseID{}, RequestID{}
-	s.handOff(k, &r)
+	k.holder = LeaseID{}
+	s.handOff(k, r)
+}
+
+// forceRelease ends the grant of c.Name with token c.Token, if it is still
+// held: an admin's call, conditional on the token so a retry or a late
+// duplicate cannot end the next holder's grant.
+func (s *State) forceRelease(c *Command) Result {
+	k := s.locks[c.Name]
+	if k == nil || k.holder.IsZero() || k.token != c.Token {
+		return Result{Code: Ended}
+	}
+	l := s.leases[k.holder]
+	r := Result{Code: OK, LeaseNumber: l.number, Owner: l.owner, Token: k.token, Released: []string{k.name}}
+	s.unhold(k, l, &r)
 	return r
 }
 
@@ -261,13 +364,14 @@ func (s *State) cancelWait(c *Command) Result {
 	if k == nil {
 		return Result{Code: NotWaiting}
 	}
-	i := slices.IndexFunc(k.waiters, func(w waiter) bool { return w.lease == c.Lease })
+	i := slices.IndexFunc(k.waiters, func(w waiter) bool { return w.lease == c.Lease && w.seq == c.Seq })
 	if i < 0 {
 		return Result{Code: NotWaiting}
 	}
 	k.waiters = slices.Delete(k.waiters, i, i+1)
 	l := s.leases[c.Lease]
 	l.waits = removeSorted(l.waits, k.name)
+	l.settle(c.Seq, Cancelled, 0)
 	s.forgetIfIdle(k)
 	return Result{Code: OK, LeaseNumber: l.number}
 }
@@ -301,17 +405,18 @@ func (s *State) handOff(k *lock, r *Result) {
 	l := s.leases[w.lease]
 	if l == nil && planted.Regrant { // planted bug: granted without checking the waiter's lease
 		s.token++
-		k.holder, k.holderReq, k.token, k.lockDelay = w.lease, w.req, s.token, w.lockDelay
+		k.holder, k.token, k.lockDelay = w.lease, s.token, w.lockDelay
 		r.Events = append(r.Events, Event{Kind: Granted, Lease: w.lease, Name: k.name, Token: k.token})
 		return
 	}
 	l.waits = removeSorted(l.waits, k.name)
-	s.grant(k, l, w.req, w.lockDelay, r)
+	s.grant(k, l, w.lockDelay, r)
+	l.settle(w.seq, OK, k.token)
 }
 
-func (s *State) grant(k *lock, l *lease, req RequestID, delay time.Duration, r *Result) {
+func (s *State) grant(k *lock, l *lease, delay time.Duration, r *Result) {
 	s.token++
-	k.holder, k.holderReq, k.token, k.lockDelay = l.id, req, s.token, delay
+	k.holder, k.token, k.lockDelay = l.id, s.token, delay
 	l.holds = insertSorted(l.holds, k.name)
 	r.Events = append(r.Events, Event{Kind: Granted, Lease: l.id, Number: l.number, Name: k.name, Token: k.token})
 }
@@ -320,28 +425,6 @@ func (s *State) forgetIfIdle(k *lock) {
 	if k.holder.IsZero() && !k.delayed && len(k.waiters) == 0 {
 		delete(s.locks, k.name)
 	}
-}
-
-func (l *lease) remember(r recent) {
-	if r.req.IsZero() {
-		return
-	}
-	if len(l.recent) == recentCap {
-		l.recent = slices.Delete(l.recent, 0, 1)
-	}
-	l.recent = append(l.recent, r)
-}
-
-func (l *lease) recall(req RequestID, kind Kind) (recent, bool) {
-	if req.IsZero() {
-		return recent{}, false
-	}
-	for i := len(l.recent) - 1; i >= 0; i-- {
-		if r := l.recent[i]; r.req == req && r.kind == kind {
-			return r, true
-		}
-	}
-	return recent{}, false
 }
 
 func insertSorted(s []string, v string) []string {

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,17 +12,23 @@ func req(b byte) RequestID { return RequestID{b} }
 func cmdCreate(l, r byte) Command {
 	return Command{Kind: KindCreateLease, RequestID: req(r), Lease: id(l), TTL: 10 * time.Second, Owner: "w" + string('0'+l)}
 }
+
+// cmdAcquire and cmdRelease number the call r within its lease and give it
+// request id r: the same r is a retry of the same call.
 func cmdAcquire(l, r byte, name string, wait bool) Command {
-	return Command{Kind: KindAcquire, RequestID: req(r), Lease: id(l), Name: name, Wait: wait}
+	return Command{Kind: KindAcquire, RequestID: req(r), Lease: id(l), Seq: uint64(r), Name: name, Wait: wait}
 }
 func cmdRelease(l, r byte, name string) Command {
-	return Command{Kind: KindRelease, RequestID: req(r), Lease: id(l), Name: name}
+	return Command{Kind: KindRelease, RequestID: req(r), Lease: id(l), Seq: uint64(r), Name: name}
+}
+func cmdPut(r byte, key, value string, token uint64) Command {
+	return Command{Kind: KindPut, RequestID: req(r), Name: key, Value: []byte(value), Token: token}
 }
 
 // TestApply runs each command against a prepared history and checks the
 // result and what changed. Every refusal must leave the state byte-identical.
 func TestApply(t *testing.T) {
-	delayed := Command{Kind: KindAcquire, RequestID: req(20), Lease: id(1), Name: "a", LockDelay: 5 * time.Second}
+	delayed := Command{Kind: KindAcquire, RequestID: req(20), Lease: id(1), Seq: 20, Name: "a", LockDelay: 5 * time.Second}
 	tests := []struct {
 		name    string
 		history []Command
@@ -79,8 +86,8 @@ func TestApply(t *testing.T) {
 					t.Fatalf("retry granted again: counter %d", s.Token())
 				}
 			}},
-		{name: "acquire retried after grant and release returns the old token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false), cmdRelease(1, 4, "a")},
-			cmd: cmdAcquire(1, 3, "a", false), want: OK, token: 1,
+		{name: "acquire retried after grant and release answers ended, never ok", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false), cmdRelease(1, 4, "a")},
+			cmd: cmdAcquire(1, 3, "a", false), want: Ended, token: 1,
 			check: func(t *testing.T, s *State, r Result) {
 				if _, held := s.Lock("a"); held || s.Token() != 1 {
 					t.Fatal("a retried acquire acted twice")
@@ -99,7 +106,24 @@ func TestApply(t *testing.T) {
 			cmd: cmdAcquire(2, 5, "a", true), want: AlreadyHeld},
 		{name: "acquire with bad name", history: []Command{cmdCreate(1, 1)}, cmd: cmdAcquire(1, 2, "", false), want: Invalid},
 		{name: "acquire with lock-delay too long", history: []Command{cmdCreate(1, 1)},
-			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Name: "a", LockDelay: time.Hour}, want: Invalid},
+			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Seq: 2, Name: "a", LockDelay: time.Hour}, want: Invalid},
+		{name: "acquire without a request id", history: []Command{cmdCreate(1, 1)},
+			cmd: Command{Kind: KindAcquire, Lease: id(1), Seq: 2, Name: "a"}, want: Invalid},
+		{name: "acquire without a call number", history: []Command{cmdCreate(1, 1)},
+			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Name: "a"}, want: Invalid},
+		{name: "acquire acknowledging itself ahead", history: []Command{cmdCreate(1, 1)},
+			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Seq: 2, Ack: 3, Name: "a"}, want: Invalid},
+		{name: "acquire reusing a call number with another request id", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false)},
+			cmd: Command{Kind: KindAcquire, RequestID: req(9), Lease: id(1), Seq: 2, Name: "b"}, want: Invalid},
+		{name: "acquire below the acknowledged floor is refused, not executed", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), cmdRelease(1, 3, "a"),
+			{Kind: KindAcquire, RequestID: req(4), Lease: id(1), Seq: 4, Ack: 4, Name: "b"}},
+			cmd: cmdAcquire(1, 2, "a", false), want: Answered,
+			check: func(t *testing.T, s *State, r Result) {
+				if s.Token() != 2 { // a and b granted once each
+					t.Fatalf("a late duplicate was executed: counter %d", s.Token())
+				}
+			}},
+		{name: "create lease without a request id", cmd: Command{Kind: KindCreateLease, Lease: id(1), TTL: time.Second}, want: Invalid},
 		{name: "release hands the lock to the first waiter", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdCreate(3, 3),
 			cmdAcquire(1, 4, "a", false), cmdAcquire(2, 5, "a", true), cmdAcquire(3, 6, "a", true)},
 			cmd: cmdRelease(1, 7, "a"), want: OK,
@@ -117,6 +141,34 @@ func TestApply(t *testing.T) {
 		{name: "release of a free lock", history: []Command{cmdCreate(1, 1)}, cmd: cmdRelease(1, 4, "a"), want: NotHolder},
 		{name: "release retried answers ok once", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false), cmdRelease(1, 4, "a")},
 			cmd: cmdRelease(1, 4, "a"), want: OK},
+		{name: "release retried after the lease re-acquired releases nothing", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false), cmdRelease(1, 4, "a"), cmdAcquire(1, 5, "a", false)},
+			cmd: cmdRelease(1, 4, "a"), want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if k, _ := s.Lock("a"); k.Holder != id(1) || k.Token != 2 {
+					t.Fatalf("the retry released the new grant: %+v", k)
+				}
+			}},
+		{name: "force-release ends the named grant only", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(1, 4, "b", false), cmdAcquire(2, 5, "a", true)},
+			cmd: Command{Kind: KindForceRelease, RequestID: req(9), Name: "a", Token: 1}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				a, _ := s.Lock("a")
+				b, _ := s.Lock("b")
+				l, alive := s.Lease(id(1))
+				if a.Holder != id(2) || a.Token != 3 || b.Holder != id(1) || !alive || len(l.Holds) != 1 {
+					t.Fatalf("force-release: a=%+v b=%+v lease alive %v holds %v", a, b, alive, l.Holds)
+				}
+			}},
+		{name: "force-release of a grant that ended", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdRelease(1, 4, "a"), cmdAcquire(2, 5, "a", false)},
+			cmd: Command{Kind: KindForceRelease, RequestID: req(9), Name: "a", Token: 1}, want: Ended},
+		{name: "force-release without a token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false)},
+			cmd: Command{Kind: KindForceRelease, RequestID: req(9), Name: "a"}, want: Invalid},
+		{name: "renew reports the tokens held", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "b", false), cmdAcquire(1, 4, "a", false)},
+			cmd: Command{Kind: KindRenew, Lease: id(1)}, want: OK,
+			check: func(t *testing.T, s *State, r Result) {
+				if !slices.Equal(r.Held, []uint64{2, 1}) {
+					t.Fatalf("held %v, want [2 1] (in name order)", r.Held)
+				}
+			}},
 		{name: "revoke releases at once, no delay", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), delayed, cmdAcquire(2, 5, "a", true)},
 			cmd: Command{Kind: KindRevoke, RequestID: req(9), Lease: id(1)}, want: OK,
 			check: func(t *testing.T, s *State, r Result) {
@@ -158,21 +210,23 @@ func TestApply(t *testing.T) {
 			}},
 		{name: "grant-next after lock-delay skips nobody alive and grants the first waiter", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdCreate(3, 3),
 			delayed, cmdAcquire(2, 5, "a", true), cmdAcquire(3, 6, "a", true), {Kind: KindExpire, Lease: id(1)}, {Kind: KindExpire, Lease: id(2)}},
-			cmd: Command{Kind: KindGrantNext, Name: "a"}, want: OK,
+			cmd: Command{Kind: KindGrantNext, Name: "a", Token: 1}, want: OK,
 			check: func(t *testing.T, s *State, r Result) {
 				if k, _ := s.Lock("a"); k.Holder != id(3) || k.Delayed {
 					t.Fatalf("grant-next: %+v", k)
 				}
 			}},
 		{name: "grant-next with nobody waiting frees the lock", history: []Command{cmdCreate(1, 1), delayed, {Kind: KindExpire, Lease: id(1)}},
-			cmd: Command{Kind: KindGrantNext, Name: "a"}, want: OK,
+			cmd: Command{Kind: KindGrantNext, Name: "a", Token: 1}, want: OK,
 			check: func(t *testing.T, s *State, r Result) {
 				if _, ok := s.Lock("a"); ok {
 					t.Fatal("idle lock kept")
 				}
 			}},
 		{name: "grant-next on a lock not delayed", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 3, "a", false)},
-			cmd: Command{Kind: KindGrantNext, Name: "a"}, want: NotWaiting},
+			cmd: Command{Kind: KindGrantNext, Name: "a", Token: 1}, want: NotWaiting},
+		{name: "grant-next of another delay", history: []Command{cmdCreate(1, 1), delayed, {Kind: KindExpire, Lease: id(1)}},
+			cmd: Command{Kind: KindGrantNext, Name: "a", Token: 7}, want: NotWaiting},
 		{name: "try-acquire a delayed lock is refused", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), delayed, {Kind: KindExpire, Lease: id(1)}},
 			cmd: cmdAcquire(2, 5, "a", false), want: LockHeld, token: 1,
 			check: func(t *testing.T, s *State, r Result) {
@@ -181,29 +235,37 @@ func TestApply(t *testing.T) {
 				}
 			}},
 		{name: "cancel-wait leaves the queue", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 4, "a", true)},
-			cmd: Command{Kind: KindCancelWait, Lease: id(2), Name: "a"}, want: OK,
+			cmd: Command{Kind: KindCancelWait, Lease: id(2), Seq: 4, Name: "a"}, want: OK,
 			check: func(t *testing.T, s *State, r Result) {
 				if l, _ := s.Lease(id(2)); len(l.Waits) != 0 {
 					t.Fatalf("still waits: %v", l.Waits)
 				}
+				retry := cmdAcquire(2, 4, "a", true)
+				if r := s.Apply(&retry); r.Code != Cancelled {
+					t.Fatalf("retry of the cancelled wait: %v", r.Code)
+				}
 			}},
+		{name: "cancel-wait of another call of the lease", history: []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdAcquire(1, 3, "a", false), cmdAcquire(2, 4, "a", true)},
+			cmd: Command{Kind: KindCancelWait, Lease: id(2), Seq: 3, Name: "a"}, want: NotWaiting},
 		{name: "cancel-wait when not waiting", history: []Command{cmdCreate(1, 1)},
-			cmd: Command{Kind: KindCancelWait, Lease: id(1), Name: "a"}, want: NotWaiting},
+			cmd: Command{Kind: KindCancelWait, Lease: id(1), Seq: 1, Name: "a"}, want: NotWaiting},
 		{name: "put with a granted token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false)},
-			cmd: Command{Kind: KindPut, RequestID: req(3), Name: "k", Value: []byte("v"), Token: 1}, want: OK, token: 1},
-		{name: "put with an equal token again", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), {Kind: KindPut, Name: "k", Value: []byte("v"), Token: 1}},
-			cmd: Command{Kind: KindPut, Name: "k", Value: []byte("w"), Token: 1}, want: OK, token: 1},
-		{name: "put with a stale token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), cmdAcquire(1, 3, "b", false), {Kind: KindPut, Name: "k", Value: []byte("new"), Token: 2}},
-			cmd: Command{Kind: KindPut, Name: "k", Value: []byte("old"), Token: 1}, want: Stale, token: 2,
+			cmd: cmdPut(3, "k", "v", 1), want: OK, token: 1},
+		{name: "put with an equal token again", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), cmdPut(3, "k", "v", 1)},
+			cmd: cmdPut(4, "k", "w", 1), want: OK, token: 1},
+		{name: "put with a stale token", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), cmdAcquire(1, 3, "b", false), cmdPut(4, "k", "new", 2)},
+			cmd: cmdPut(5, "k", "old", 1), want: Stale, token: 2,
 			check: func(t *testing.T, s *State, r Result) {
 				if v, tok, _ := s.Get("k"); string(v) != "new" || tok != 2 {
 					t.Fatalf("stale write landed: %q %d", v, tok)
 				}
 			}},
-		{name: "put with a token never issued", cmd: Command{Kind: KindPut, Name: "k", Token: 7}, want: Invalid},
-		{name: "put with token 0", cmd: Command{Kind: KindPut, Name: "k", Token: 0}, want: Invalid},
+		{name: "put with a token never issued", cmd: cmdPut(1, "k", "", 7), want: Invalid},
+		{name: "put with token 0", cmd: cmdPut(1, "k", "", 0), want: Invalid},
+		{name: "put without a request id", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false)},
+			cmd: Command{Kind: KindPut, Name: "k", Token: 1}, want: Invalid},
 		{name: "put with a value too large", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false)},
-			cmd: Command{Kind: KindPut, Name: "k", Token: 1, Value: make([]byte, MaxValueLen+1)}, want: Invalid},
+			cmd: Command{Kind: KindPut, RequestID: req(3), Name: "k", Token: 1, Value: make([]byte, MaxValueLen+1)}, want: Invalid},
 		{name: "tick advances the clock", cmd: Command{Kind: KindTick, Elapsed: 100 * time.Millisecond}, want: OK,
 			check: func(t *testing.T, s *State, r Result) {
 				if s.Clock() != 100*time.Millisecond {
@@ -229,7 +291,7 @@ func TestApply(t *testing.T) {
 					t.Fatalf("history[%d] %v: %v %s", i, tt.history[i].Kind, r.Code, r.Reason)
 				}
 			}
-			before := s.Marshal(nil)
+			before, beforeSans := s.Marshal(nil), withoutCalls(s)
 			r := s.Apply(&tt.cmd)
 			if r.Code != tt.want {
 				t.Fatalf("code %v (%s), want %v", r.Code, r.Reason, tt.want)
@@ -237,8 +299,11 @@ func TestApply(t *testing.T) {
 			if tt.token != 0 && r.Token != tt.token {
 				t.Fatalf("token %d, want %d", r.Token, tt.token)
 			}
-			if r.Code != OK && r.Code != Queued && string(s.Marshal(nil)) != string(before) {
+			if r.Code != OK && r.Code != Queued && string(withoutCalls(s)) != string(beforeSans) {
 				t.Fatalf("refusal %v changed the state", r.Code)
+			}
+			if r.Code == Invalid && string(s.Marshal(nil)) != string(before) {
+				t.Fatalf("invalid command changed the state")
 			}
 			if r.Code == Invalid && r.Reason == "" {
 				t.Fatal("invalid without a reason")
