@@ -29,7 +29,8 @@ import (
 var realClock clock.Real
 
 // Client talks to a fence server or cluster. It is safe for concurrent use.
-// It holds one lease (session) per TTL in use, renewed in the background;
+// It holds one lease (session) per TTL and safety margin in use, renewed in
+// the background;
 // Close revokes them.
 type Client struct {
 	ms    atomic.Pointer[[]*member] // copy-on-write; grows when a follower names an unknown leader
@@ -38,8 +39,8 @@ type Client struct {
 	opts  options
 
 	mu       sync.Mutex
-	sessions map[time.Duration]*session // guarded by mu; live sessions by TTL
-	creating map[time.Duration]chan struct{}
+	sessions map[sessionKey]*session      // guarded by mu; live sessions by TTL and margin
+	creating map[sessionKey]chan struct{} // guarded by mu; sessions being created
 	closed   bool
 }
 
@@ -55,10 +56,10 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 	if len(targets) == 0 {
 		return nil, errors.New("fence: no server address given (for example 127.0.0.1:7300)")
 	}
-	if o.ttl <= 0 {
-		return nil, fmt.Errorf("fence: TTL %v must be positive", o.ttl)
+	if _, err := o.sessionKey(); err != nil {
+		return nil, err
 	}
-	c := &Client{opts: o, sessions: map[time.Duration]*session{}, creating: map[time.Duration]chan struct{}{}}
+	c := &Client{opts: o, sessions: map[sessionKey]*session{}, creating: map[sessionKey]chan struct{}{}}
 	var ms []*member
 	for _, t := range targets {
 		m, err := c.connect(t)
@@ -187,22 +188,22 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// session returns the live session for ttl, creating it if needed.
-func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, error) {
+// session returns the live session for key, creating it if needed.
+func (c *Client) session(ctx context.Context, key sessionKey) (*session, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if s := c.sessions[ttl]; s != nil {
+		if s := c.sessions[key]; s != nil {
 			c.mu.Unlock()
 			if s.endErr() == nil {
 				return s, nil
 			}
 			continue // it just ended; forget made room
 		}
-		if wait, busy := c.creating[ttl]; busy {
+		if wait, busy := c.creating[key]; busy {
 			c.mu.Unlock()
 			select {
 			case <-wait:
@@ -212,12 +213,12 @@ func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, erro
 			}
 		}
 		done := make(chan struct{})
-		c.creating[ttl] = done
+		c.creating[key] = done
 		c.mu.Unlock()
 
-		s, err := c.newSession(ctx, ttl)
+		s, err := c.newSession(ctx, key)
 		c.mu.Lock()
-		delete(c.creating, ttl)
+		delete(c.creating, key)
 		close(done)
 		if err == nil {
 			if c.closed {
@@ -225,7 +226,7 @@ func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, erro
 				s.end(ErrClosed)
 				return nil, ErrClosed
 			}
-			c.sessions[ttl] = s
+			c.sessions[key] = s
 		}
 		c.mu.Unlock()
 		return s, err
@@ -236,8 +237,8 @@ func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, erro
 func (c *Client) forget(s *session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sessions[s.ttl] == s {
-		delete(c.sessions, s.ttl)
+	if k := (sessionKey{s.ttl, s.margin}); c.sessions[k] == s {
+		delete(c.sessions, k)
 	}
 }
 
@@ -264,8 +265,12 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Opt
 }
 
 func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *options) (*Lease, error) {
+	key, err := o.sessionKey()
+	if err != nil {
+		return nil, fmt.Errorf("fence: lock %q: %w", name, err)
+	}
 	for {
-		s, err := c.session(ctx, o.ttl)
+		s, err := c.session(ctx, key)
 		if err != nil {
 			return nil, err
 		}

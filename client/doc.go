@@ -13,11 +13,15 @@
 //		return writeTotals(ctx, token) // every write carries the token
 //	})
 //
-// Each Client holds one server lease (a session) per TTL, shared by all its
-// locks with that TTL and renewed every TTL/3 on one KeepAlive stream. The
-// client trusts a lease until its local deadline: the moment the last
-// successful renewal was sent, plus the TTL, minus a safety margin (TTL/10),
-// measured on this process's monotonic clock. At that deadline Done closes
+// Each Client holds one server lease (a session) per TTL and safety margin,
+// shared by all its locks with that TTL and margin and renewed every TTL/3 on
+// one KeepAlive stream. The client trusts a lease until its local deadline:
+// the moment the last successful renewal was sent, plus the TTL, minus a
+// safety margin that follows that lease's own TTL (TTL/10 by default, never
+// less than TTL × 1000 ppm + 10ms: two clocks each within NTP's 500 ppm
+// frequency tolerance, plus timer latency; see [WithSafetyMargin]). The
+// deadline is measured on CLOCK_BOOTTIME, which keeps counting while the host
+// is suspended (Go's monotonic clock does not). At that deadline Done closes
 // whether or not the server answered; the server's own expiry is never earlier.
 //
 // # Caveats

@@ -26,6 +26,9 @@ var (
 	// have acted on it. For Lock, the client already tried to undo a grant it
 	// did not hear of; for other calls, retry with a new context.
 	ErrIndeterminate = errors.New("fence: outcome unknown")
+	// ErrInvalid: the call was refused for a bad argument (by this client, or
+	// by the server: gRPC code InvalidArgument); nothing was changed.
+	ErrInvalid = errors.New("fence: invalid argument")
 )
 
 // LockedError is returned by TryLock when the lock is taken. It matches ErrLocked.

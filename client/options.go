@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -35,11 +36,39 @@ func (o *options) apply(opts []Option) {
 	}
 }
 
-func (o *options) safetyMargin() time.Duration {
-	if o.margin > 0 {
-		return o.margin
+// Safety margin bounds. The margin is how much earlier than the server the
+// client stops trusting a lease. It must cover the difference in rate between
+// the client's clock and the server's over one TTL: NTP keeps a disciplined
+// clock within 500 ppm of true rate (its maximum frequency tolerance; RFC
+// 5905), and the two clocks may err in opposite directions, so 2 × 500 ppm =
+// 1000 ppm of the TTL. On top of that comes a fixed floor for the time between
+// the deadline passing and the holder's code noticing (timer latency).
+const (
+	driftPPM    = 1000                  // parts per million of the TTL: two clocks at NTP's 500 ppm each
+	marginFloor = 10 * time.Millisecond // added to the drift bound
+)
+
+// minSafetyMargin is the smallest margin the client uses for ttl.
+func minSafetyMargin(ttl time.Duration) time.Duration {
+	return ttl/1_000_000*driftPPM + marginFloor
+}
+
+// safetyMargin returns the margin of a lease with o.ttl: the one set with
+// WithSafetyMargin or else TTL/10, raised to minSafetyMargin. A margin that
+// leaves no time (≥ the TTL) is an ErrInvalid.
+func (o *options) safetyMargin() (time.Duration, error) {
+	if o.margin < 0 {
+		return 0, fmt.Errorf("%w: safety margin %v is negative", ErrInvalid, o.margin)
 	}
-	return o.ttl / 10
+	m := o.margin
+	if m == 0 {
+		m = o.ttl / 10
+	}
+	m = max(m, minSafetyMargin(o.ttl))
+	if m >= o.ttl {
+		return 0, fmt.Errorf("%w: safety margin %v must be shorter than the TTL %v", ErrInvalid, m, o.ttl)
+	}
+	return m, nil
 }
 
 // WithTTL sets the lease TTL (default 30s). The client renews every TTL/3; a
@@ -49,8 +78,12 @@ func (o *options) safetyMargin() time.Duration {
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // WithSafetyMargin sets how long before the server's earliest possible expiry
-// the client stops trusting a lease (default TTL/10). It absorbs clock-rate
-// differences and the time your code needs to stop.
+// the client stops trusting a lease (default TTL/10 of that lease's own TTL).
+// It absorbs clock-rate differences and the time your code needs to stop. It
+// is never less than TTL × 1000 ppm + 10ms (two clocks each within NTP's
+// 500 ppm frequency tolerance, plus timer latency): a smaller value is
+// raised to that. A margin as long as the TTL is refused with ErrInvalid.
+// Locks with the same TTL and margin share one server lease.
 func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
 
 // WithLockDelay sets the lock-delay of a grant: if this holder's lease

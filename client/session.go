@@ -14,8 +14,21 @@ import (
 	"github.com/fencehq/fence/internal/clock"
 )
 
+// sessionKey picks the session a lock joins: locks share a server lease only
+// when both its TTL and its safety margin agree.
+type sessionKey struct{ ttl, margin time.Duration }
+
+// sessionKey returns the key for o's TTL and (effective) margin.
+func (o *options) sessionKey() (sessionKey, error) {
+	if o.ttl <= 0 {
+		return sessionKey{}, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, o.ttl)
+	}
+	m, err := o.safetyMargin()
+	return sessionKey{o.ttl, m}, err
+}
+
 // session is one server lease (a session) shared by the locks a Client holds
-// with the same TTL. It renews itself every TTL/3 on one KeepAlive stream and
+// with the same TTL and safety margin. It renews itself every TTL/3 on one KeepAlive stream and
 // ends at its local deadline unless a renewal succeeded: deadline = the time
 // the last successful renewal was SENT + TTL − safety margin, on the client's
 // clock (CLOCK_BOOTTIME: it counts while the host is suspended).
@@ -39,7 +52,8 @@ type session struct {
 
 // newSession creates the server lease. Its deadline counts from before the
 // CreateLease call was sent.
-func (c *Client) newSession(ctx context.Context, ttl time.Duration) (*session, error) {
+func (c *Client) newSession(ctx context.Context, key sessionKey) (*session, error) {
+	ttl := key.ttl
 	req := newRequestID()
 	clk := c.opts.clock
 	sent := clk.Now()
@@ -51,8 +65,8 @@ func (c *Client) newSession(ctx context.Context, ttl time.Duration) (*session, e
 	if err != nil {
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
-	s := &session{c: c, clk: clk, ttl: ttl, margin: c.opts.safetyMargin(), id: resp.LeaseId, number: resp.LeaseNumber,
-		deadline: sent.Add(ttl - c.opts.safetyMargin()), ended: make(chan struct{}), names: map[string]chan struct{}{}}
+	s := &session{c: c, clk: clk, ttl: ttl, margin: key.margin, id: resp.LeaseId, number: resp.LeaseNumber,
+		deadline: sent.Add(ttl - key.margin), ended: make(chan struct{}), names: map[string]chan struct{}{}}
 	s.timer = clk.AfterFunc(clock.Until(clk, s.deadline), s.check)
 	loop, stop := context.WithCancel(context.Background())
 	s.stop = stop
