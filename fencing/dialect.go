@@ -13,16 +13,26 @@ type Dialect struct {
 	placeholder func(n int) string
 	quoteChar   string
 	columnQuery string // counts a column of a table: args (table, column)
+	// lockRead ends a SELECT that decides whether a write was stale. It must
+	// read the newest committed row, not the caller's snapshot: MySQL's
+	// REPEATABLE READ serves a plain SELECT from the transaction's first
+	// read, so a row a newer holder has written since looks unchanged there.
+	// A locking read (FOR UPDATE) always reads the newest version. SQLite
+	// has no FOR UPDATE and needs none: a transaction that read before a
+	// newer commit cannot write at all (SQLITE_BUSY_SNAPSHOT).
+	lockRead string
 }
 
 // The supported databases.
 var (
 	// Postgres: PostgreSQL, through database/sql (pgx's stdlib driver, lib/pq) or pgx (package fencingpgx).
 	Postgres = &Dialect{name: "postgres", placeholder: func(n int) string { return "$" + strconv.Itoa(n) }, quoteChar: `"`,
-		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2`}
+		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2`,
+		lockRead:    " FOR UPDATE"}
 	// MySQL: MySQL and MariaDB (go-sql-driver/mysql).
 	MySQL = &Dialect{name: "mysql", placeholder: func(int) string { return "?" }, quoteChar: "`",
-		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`}
+		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`,
+		lockRead:    " FOR UPDATE"}
 	// SQLite (modernc.org/sqlite, mattn/go-sqlite3).
 	SQLite = &Dialect{name: "sqlite", placeholder: func(int) string { return "?" }, quoteChar: `"`,
 		columnQuery: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`}

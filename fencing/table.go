@@ -178,6 +178,12 @@ func (r sqlRunner) QueryInt64(ctx context.Context, query string, args ...any) (i
 // matching ErrNoRow if there is no such row. Equal tokens pass, so a holder
 // may write many times. On ErrStale, stop: re-acquire and read fresh data.
 // Write whole values, never deltas (see the package doc).
+//
+// db may be the caller's transaction, at any isolation level: the check is
+// made against the newest committed fence, never the transaction's snapshot.
+// A stale write there fails with ErrStale, or with the database's own
+// serialization failure (Postgres under REPEATABLE READ or SERIALIZABLE,
+// SQLITE_BUSY on SQLite); roll the transaction back either way.
 func (t *Table) Update(ctx context.Context, db DB, token Token, key any, set map[string]any) error {
 	return t.UpdateVia(ctx, sqlRunner{db}, token, key, set)
 }
@@ -217,7 +223,8 @@ func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, s
 			return nil
 		}
 		// Nothing changed: no row, or a newer token. The fence only grows,
-		// so reading it now tells which.
+		// so reading it now (a locking read: the newest committed value,
+		// also inside the caller's transaction) tells which.
 		var found bool
 		if stored, found, err = t.storedFence(ctx, r, keys); err != nil {
 			return err
@@ -229,7 +236,11 @@ func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, s
 			break
 		}
 		if Token(stored) == token && t.cfg.Dialect == MySQL {
-			return nil // MySQL counts changed rows: this was an identical rewrite
+			// MySQL counts changed rows, not matched ones (the driver does not
+			// set CLIENT_FOUND_ROWS unless the DSN asks): this was an identical
+			// rewrite. Only the newest committed fence may say so; a snapshot
+			// read would say it for a row a newer holder has written since.
+			return nil
 		}
 		if attempt == 2 {
 			return fmt.Errorf("fencing: update %s: the row with key %v kept changing under the write; retry", t.cfg.Name, keys)
@@ -279,10 +290,14 @@ func (t *Table) plainWrite(ctx context.Context, r Runner, keys []any, cols []col
 	return nil
 }
 
+// storedFence reads the row's fence with a locking read, so that inside the
+// caller's transaction it sees the newest committed value, not the
+// transaction's snapshot (see Dialect.lockRead).
 func (t *Table) storedFence(ctx context.Context, r Runner, keys []any) (int64, bool, error) {
 	q := &query{d: t.cfg.Dialect}
 	q.text("SELECT ", t.fence, " FROM ", t.name)
 	t.where(q, keys)
+	q.text(t.cfg.Dialect.lockRead)
 	v, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("fencing: read %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)

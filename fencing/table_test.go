@@ -8,6 +8,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/fencehq/fence/fencing"
 	"github.com/fencehq/fence/internal/dbtest"
 )
@@ -307,4 +311,94 @@ func TestModeText(t *testing.T) {
 	if err := m.UnmarshalText([]byte("on")); err == nil {
 		t.Fatal("accepted mode \"on\"")
 	}
+}
+
+// isolationLevels lists the levels each database is tested under.
+func isolationLevels(db dbtest.DB) []sql.IsolationLevel {
+	switch db.Name {
+	case "sqlite": // always serializable; the driver takes only the default
+		return []sql.IsolationLevel{sql.LevelDefault}
+	case "mysql": // SERIALIZABLE turns the caller's read into a shared lock: the newer holder waits for the caller's commit
+		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
+	}
+	return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+}
+
+// refusedInTx reports whether err is an acceptable refusal of a stale write
+// made inside the caller's transaction: ErrStale everywhere; on Postgres under
+// REPEATABLE READ or SERIALIZABLE also a serialization failure (40001), and on
+// SQLite a busy snapshot (the transaction read before the newer write). A nil
+// error never is.
+func refusedInTx(db dbtest.DB, iso sql.IsolationLevel, err error) bool {
+	if errors.Is(err, fencing.ErrStale) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if db.Name == "postgres" && iso >= sql.LevelRepeatableRead && errors.As(err, &pgErr) {
+		return pgErr.Code == "40001"
+	}
+	var liteErr *sqlite.Error
+	if db.Name == "sqlite" && errors.As(err, &liteErr) {
+		return liteErr.Code()&0xff == sqlite3.SQLITE_BUSY
+	}
+	return false
+}
+
+// TestStaleInCallersTx: the caller's transaction reads the row, a newer
+// holder writes it and commits, then the older holder writes through the
+// caller's transaction. The write must be refused (and the caller's commit
+// must not land it), whatever the isolation level, and whatever the older
+// holder's own token last wrote (equal to the row's fence in the snapshot,
+// or below it).
+func TestStaleInCallersTx(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+		for _, iso := range isolationLevels(db) {
+			for _, tc := range []struct {
+				name   string
+				before fencing.Token // the fence when the caller's transaction reads
+				write  func(tbl *fencing.Table, tx *sql.Tx) error
+			}{
+				{"update/snapshot-equal", 5, func(tbl *fencing.Table, tx *sql.Tx) error {
+					return tbl.Update(context.Background(), tx, 5, 1, map[string]any{"amount": 500})
+				}},
+				{"update/snapshot-lower", 3, func(tbl *fencing.Table, tx *sql.Tx) error {
+					return tbl.Update(context.Background(), tx, 5, 1, map[string]any{"amount": 500})
+				}},
+				{"claim/snapshot-equal", 5, func(tbl *fencing.Table, tx *sql.Tx) error {
+					return tbl.Claim(context.Background(), tx, 5, 1)
+				}},
+				{"update-via/snapshot-equal", 5, func(tbl *fencing.Table, tx *sql.Tx) error {
+					return tbl.UpdateVia(context.Background(), fencing.SQL(tx), 5, 1, map[string]any{"amount": 500})
+				}},
+			} {
+				t.Run(fmt.Sprintf("%v/%s", iso, tc.name), func(t *testing.T) {
+					h, tbl, name := setup(t, db)
+					ctx := context.Background()
+					if err := tbl.Update(ctx, h, tc.before, 1, map[string]any{"amount": int64(tc.before) * 100}); err != nil {
+						t.Fatal(err)
+					}
+					tx, err := h.BeginTx(ctx, &sql.TxOptions{Isolation: iso})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer tx.Rollback()
+					var amount int64 // the read of a read-modify-write
+					if err := tx.QueryRow(fmt.Sprintf("SELECT amount FROM %s WHERE id = 1", name)).Scan(&amount); err != nil {
+						t.Fatal(err)
+					}
+					if err := tbl.Update(ctx, h, 6, 1, map[string]any{"amount": 600}); err != nil {
+						t.Fatalf("the newer holder's write: %v", err)
+					}
+					err = tc.write(tbl, tx)
+					if !refusedInTx(db, iso, err) {
+						t.Errorf("stale write (token 5 after 6) inside the caller's transaction: %v; want ErrStale", err)
+					}
+					tx.Commit() // the caller ignores the error and commits anyway
+					if a, f := row(t, h, name, 1); a != 600 || f != 6 {
+						t.Fatalf("after the caller's commit: amount %d fence %d; want token 6's write (600, 6)", a, f)
+					}
+				})
+			}
+		}
+	})
 }

@@ -2,11 +2,13 @@ package fencingpgx_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencehq/fence/fencing"
@@ -14,17 +16,26 @@ import (
 	"github.com/fencehq/fence/internal/dbtest"
 )
 
-// TestPgx runs the guarded write through a pool, a conn and a tx.
-func TestPgx(t *testing.T) {
+// open returns Postgres (started if needed), a database/sql handle that also
+// drops the test's tables, and a pgx pool closed when the test ends.
+func open(t *testing.T) (dbtest.DB, *sql.DB, *pgxpool.Pool) {
+	t.Helper()
 	db := dbtest.Postgres()
-	h := dbtest.Open(t, db) // starts Postgres if needed; also cleans up the table
-	name := dbtest.Table(t, h)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db.DSN)
+	h := dbtest.Open(t, db)
+	pool, err := pgxpool.New(context.Background(), db.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return db, h, pool
+}
+
+// newTable creates a table (id, amount) with rows 1 and 2, adds the fence
+// column through pgx, and returns its name and a Table for it.
+func newTable(t *testing.T, h *sql.DB, pool *pgxpool.Pool) (string, *fencing.Table) {
+	t.Helper()
+	ctx := context.Background()
+	name := dbtest.Table(t, h)
 	if _, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id BIGINT PRIMARY KEY, amount BIGINT NOT NULL)", name)); err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +47,14 @@ func TestPgx(t *testing.T) {
 	if err := fencingpgx.EnsureColumn(ctx, pool, tbl); err != nil {
 		t.Fatal(err)
 	}
+	return name, tbl
+}
+
+// TestPgx runs the guarded write through a pool, a conn and a tx.
+func TestPgx(t *testing.T) {
+	db, h, pool := open(t)
+	ctx := context.Background()
+	name, tbl := newTable(t, h, pool)
 	read := func(id int) (amount, fence int64) {
 		pool.QueryRow(ctx, fmt.Sprintf("SELECT amount, fence FROM %s WHERE id = $1", name), id).Scan(&amount, &fence)
 		return
@@ -84,5 +103,45 @@ func TestPgx(t *testing.T) {
 	ran := false
 	if err := fencingpgx.InTx(ctx, conn, tbl, 6, 1, func(pgx.Tx) error { ran = true; return nil }); !errors.Is(err, fencing.ErrStale) || ran {
 		t.Fatalf("stale InTx: %v (fn ran: %v)", err, ran)
+	}
+}
+
+// TestPgxStaleInCallersTx: a write through the caller's pgx transaction,
+// after that transaction read the row and a newer holder wrote it, is
+// refused under every isolation level: ErrStale (READ COMMITTED) or a
+// serialization failure (REPEATABLE READ, SERIALIZABLE), never nil.
+func TestPgxStaleInCallersTx(t *testing.T) {
+	_, h, pool := open(t)
+	ctx := context.Background()
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			name, tbl := newTable(t, h, pool)
+			if err := fencingpgx.Update(ctx, pool, tbl, 5, 1, map[string]any{"amount": 500}); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var amount int64
+			if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT amount FROM %s WHERE id = 1", name)).Scan(&amount); err != nil {
+				t.Fatal(err)
+			}
+			if err := fencingpgx.Update(ctx, pool, tbl, 6, 1, map[string]any{"amount": 600}); err != nil {
+				t.Fatal(err)
+			}
+			err = fencingpgx.Update(ctx, tx, tbl, 5, 1, map[string]any{"amount": 501})
+			var pgErr *pgconn.PgError
+			if !errors.Is(err, fencing.ErrStale) && !(iso != pgx.ReadCommitted && errors.As(err, &pgErr) && pgErr.Code == "40001") {
+				t.Fatalf("stale write through the caller's %s transaction: %v", iso, err)
+			}
+			tx.Commit(ctx)
+			var fence int64
+			pool.QueryRow(ctx, fmt.Sprintf("SELECT amount, fence FROM %s WHERE id = 1", name)).Scan(&amount, &fence)
+			if amount != 600 || fence != 6 {
+				t.Fatalf("after the caller's commit: %d %d", amount, fence)
+			}
+		})
 	}
 }
