@@ -250,7 +250,9 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lease,
 }
 
 // TryLock takes the lock if it is free and returns at once otherwise, with a
-// *LockedError (errors.Is(err, ErrLocked)) naming the holder.
+// *LockedError (errors.Is(err, ErrLocked)) naming the holder. That includes
+// a name held by another caller of this Client (LockedError.Local): TryLock
+// never waits for it.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	return c.acquire(ctx, name, false, opts)
 }
@@ -274,7 +276,7 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 		if err != nil {
 			return nil, err
 		}
-		unclaim, err := s.claim(ctx, name)
+		unclaim, granted, err := s.claim(ctx, name, wait)
 		if err != nil {
 			if errors.Is(err, ErrExpired) {
 				continue // the session died while we waited locally; start over
@@ -290,6 +292,7 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 			return err
 		})
 		if err == nil {
+			granted(resp.Token)
 			return newLease(s, name, resp.Token, unclaim), nil
 		}
 		if ctx.Err() != nil && wait {
@@ -346,7 +349,9 @@ func lockedError(name string, st *status.Status) error {
 
 // Do runs fn once while holding the lock: it waits for the lock, calls fn
 // with a context that is cancelled the moment the lease can no longer be
-// trusted, and releases the lock afterwards. fn must pass token to every
+// trusted (context.Cause says why, e.g. ErrExpired), and releases the lock
+// afterwards. If the lease ended while fn ran and fn failed, Do's error wraps
+// both the lease's reason (errors.Is(err, ErrExpired)) and fn's error. fn must pass token to every
 // write. If fn returns an error matching fencing.ErrStale, a newer holder has
 // written: Do stops and returns it (it never retries with the same token).
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, token uint64) error, opts ...Option) error {
@@ -356,12 +361,16 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	}
 	workCtx := l.contextFrom(ctx)
 	fnErr := fn(workCtx, l.Token())
+	lost := l.Err() // before Release: why the lease ended, if it did
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	relErr := l.Release(relCtx)
 	switch {
 	case errors.Is(fnErr, fencing.ErrStale):
 		return fmt.Errorf("fence: %q: a newer holder has written; stopped: %w", name, fnErr)
+	case fnErr != nil && lost != nil && !errors.Is(fnErr, lost):
+		// fn most likely returned its context's Canceled: say why.
+		return fmt.Errorf("fence: %q: the lease ended while fn ran: %w (fn returned: %w)", name, lost, fnErr)
 	case fnErr != nil:
 		return fnErr
 	case relErr != nil && !errors.Is(relErr, ErrReleased):
@@ -390,6 +399,8 @@ func (c *Client) retry(ctx context.Context, call func(context.Context) error) er
 			if ctx.Err() != nil {
 				return err
 			}
+		case codes.InvalidArgument:
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		default:
 			return err
 		}

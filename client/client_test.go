@@ -20,6 +20,7 @@ import (
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/clock/clocktest"
 	"github.com/fencehq/fence/internal/locktest"
 	"github.com/fencehq/fence/internal/server"
 )
@@ -278,16 +279,26 @@ func TestDoStopsOnStaleAndReleases(t *testing.T) {
 	}
 }
 
+// TestDoContextEndsWithLease: the server goes away mid-work and the lease's
+// deadline passes (on the fake clock); fn's context ends, its cause and Do's
+// error say the lease expired.
 func TestDoContextEndsWithLease(t *testing.T) {
 	ts := startServer(t)
-	c := dial(t, ts.addr, client.WithTTL(400*time.Millisecond))
+	clk := clocktest.New()
+	c := dial(t, ts.addr, client.WithClock(clk), client.WithTTL(10*time.Second))
+	var cause error
 	err := c.Do(ctxT(t, 10*time.Second), "x", func(ctx context.Context, token uint64) error {
-		ts.stop() // the server goes away mid-work
+		ts.stop()
+		clk.Advance(10 * time.Second) // past the deadline (TTL − margin)
 		<-ctx.Done()
+		cause = context.Cause(ctx)
 		return ctx.Err()
 	})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Do: %v", err)
+	if !errors.Is(err, client.ErrExpired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do: %v; want it to wrap ErrExpired (and fn's context.Canceled)", err)
+	}
+	if !errors.Is(cause, client.ErrExpired) {
+		t.Fatalf("context.Cause in fn: %v, want ErrExpired", cause)
 	}
 }
 

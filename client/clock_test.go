@@ -31,7 +31,7 @@ func TestSuspendEndsLease(t *testing.T) {
 	}
 	<-l.Done() // no time bound: the test's own deadline catches a hang
 	<-ctx.Done()
-	if !errors.Is(context.Cause(ctx), client.ErrExpired) {
-		t.Logf("context cause: %v", context.Cause(ctx))
+	if !errors.Is(context.Cause(ctx), client.ErrExpired) || !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("lease context: Err %v, Cause %v; want Canceled caused by ErrExpired", ctx.Err(), context.Cause(ctx))
 	}
 }

@@ -31,16 +31,21 @@ var (
 	ErrInvalid = errors.New("fence: invalid argument")
 )
 
-// LockedError is returned by TryLock when the lock is taken. It matches ErrLocked.
+// LockedError is returned by TryLock when the lock is taken, by another
+// process or by another caller of the same Client (Local). It matches ErrLocked.
 type LockedError struct {
 	Name        string
 	HolderLease uint64 // public lease number of the holder (0 while in lock-delay)
 	HolderOwner string
 	Token       uint64 // the holder's token (or the last holder's, while delayed)
 	Delayed     bool   // free, but in lock-delay after the last holder's lease expired
+	Local       bool   // held by another caller of this Client (TryLock does not wait for it)
 }
 
 func (e *LockedError) Error() string {
+	if e.Local {
+		return fmt.Sprintf("fence: lock %q is held in this process by another caller of the same Client (lease #%d, token %d)", e.Name, e.HolderLease, e.Token)
+	}
 	if e.Delayed {
 		return fmt.Sprintf("fence: lock %q is in lock-delay after its last holder's lease expired", e.Name)
 	}

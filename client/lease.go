@@ -98,14 +98,22 @@ func (l *Lease) Deadline() time.Time {
 	return l.s.deadline
 }
 
-// Context returns a context that is cancelled the moment the lease ends.
-// Its Err checks the deadline itself, like Lease.Err.
+// Context returns a context that is cancelled the moment the lease ends;
+// context.Cause returns why (Lease.Err's error). Its Err checks the deadline
+// itself, like Lease.Err.
 func (l *Lease) Context() context.Context { return l.contextFrom(context.Background()) }
 
 // Release gives the lock up; the next waiter gets it at once. It returns nil
-// if the lock was released, or the lease's error if it had already ended
-// (then the lock was lost while held: the work was only safe if fenced).
+// if the lock was released (also by an earlier Release), or the lease's
+// error if it had already ended (then the lock was lost while held: the work
+// was only safe if fenced).
 func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return nil
+	}
 	if err := l.Err(); err != nil {
 		return err
 	}
@@ -128,18 +136,20 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// contextFrom returns a context that ends when parent ends or the lease ends.
+// contextFrom returns a context that ends when parent ends or the lease ends;
+// then context.Cause returns the lease's error (or the parent's cause).
 func (l *Lease) contextFrom(parent context.Context) context.Context {
-	c := &leaseContext{Context: parent, l: l, done: make(chan struct{})}
+	inner, cancel := context.WithCancelCause(parent)
+	c := &leaseContext{Context: inner, l: l, cancel: cancel}
 	if c.Err() != nil { // already over: done from birth
 		return c
 	}
 	go func() {
 		select {
 		case <-l.done:
-		case <-parent.Done():
+			cancel(l.Err())
+		case <-inner.Done():
 		}
-		c.close()
 	}()
 	return c
 }
@@ -147,22 +157,14 @@ func (l *Lease) contextFrom(parent context.Context) context.Context {
 // leaseContext is done when its parent or its lease is. Err checks the lease
 // synchronously, so a paused process sees the expiry on its first check.
 type leaseContext struct {
-	context.Context
-	l    *Lease
-	done chan struct{}
-	once sync.Once
+	context.Context // a WithCancelCause child of the parent: Done, Value, Cause
+	l               *Lease
+	cancel          context.CancelCauseFunc
 }
 
-func (c *leaseContext) close()                { c.once.Do(func() { close(c.done) }) }
-func (c *leaseContext) Done() <-chan struct{} { return c.done }
 func (c *leaseContext) Err() error {
-	if c.l.Err() != nil {
-		c.close()
-		return context.Canceled
+	if err := c.l.Err(); err != nil {
+		c.cancel(err)
 	}
-	if err := c.Context.Err(); err != nil {
-		c.close()
-		return err
-	}
-	return nil
+	return c.Context.Err()
 }

@@ -47,7 +47,7 @@ type session struct {
 	ended    chan struct{} // closed when the session ends
 	timer    clock.Timer   // fires at deadline
 	stop     context.CancelFunc
-	names    map[string]chan struct{} // guarded by mu; one local holder per lock name
+	names    map[string]*localClaim // guarded by mu; one local holder per lock name
 }
 
 // newSession creates the server lease. Its deadline counts from before the
@@ -66,7 +66,7 @@ func (c *Client) newSession(ctx context.Context, key sessionKey) (*session, erro
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
 	s := &session{c: c, clk: clk, ttl: ttl, margin: key.margin, id: resp.LeaseId, number: resp.LeaseNumber,
-		deadline: sent.Add(ttl - key.margin), ended: make(chan struct{}), names: map[string]chan struct{}{}}
+		deadline: sent.Add(ttl - key.margin), ended: make(chan struct{}), names: map[string]*localClaim{}}
 	s.timer = clk.AfterFunc(clock.Until(clk, s.deadline), s.check)
 	loop, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -260,32 +260,50 @@ func (rs *renewStream) close() {
 	}
 }
 
-// claim makes this process the only local holder of name in this session,
-// waiting for an earlier local holder to finish. It returns the release func.
-func (s *session) claim(ctx context.Context, name string) (func(), error) {
+// localClaim marks name as taken by one caller of this session.
+type localClaim struct {
+	done  chan struct{} // closed when the caller lets go
+	token uint64        // guarded by session.mu; the grant's token, once granted
+}
+
+// claim makes this caller the only local holder of name in this session. If
+// another caller holds it, claim waits for it to finish, or with wait=false
+// fails at once with a *LockedError (ErrLocked) that says so. It returns the
+// release func and a func that records the grant's token.
+func (s *session) claim(ctx context.Context, name string, wait bool) (unclaim func(), granted func(uint64), err error) {
 	for {
 		s.mu.Lock()
 		busy, taken := s.names[name]
 		if !taken {
-			mine := make(chan struct{})
+			mine := &localClaim{done: make(chan struct{})}
 			s.names[name] = mine
 			s.mu.Unlock()
-			return func() {
+			unclaim = func() {
 				s.mu.Lock()
 				if s.names[name] == mine {
 					delete(s.names, name)
 				}
 				s.mu.Unlock()
-				close(mine)
-			}, nil
+				close(mine.done)
+			}
+			granted = func(tok uint64) {
+				s.mu.Lock()
+				mine.token = tok
+				s.mu.Unlock()
+			}
+			return unclaim, granted, nil
 		}
+		tok := busy.token
 		s.mu.Unlock()
+		if !wait {
+			return nil, nil, &LockedError{Name: name, HolderLease: s.number, HolderOwner: s.c.opts.owner, Token: tok, Local: true}
+		}
 		select {
-		case <-busy:
+		case <-busy.done:
 		case <-s.ended:
-			return nil, s.endErr()
+			return nil, nil, s.endErr()
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }
