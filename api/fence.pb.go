@@ -6,8 +6,22 @@
 //   - A lease id is a 16-byte secret. Whoever knows it can renew, release and
 //     revoke. It is never shown by read calls; those show the lease number.
 //   - Every mutating call carries a request_id (16 random bytes chosen by the
-//     client). Retrying a call with the same request_id after an unknown
-//     outcome returns the original result instead of acting twice.
+//     client, the same on every retry of one call); a call without one is
+//     refused with INVALID_ARGUMENT. What a retry answers, per call:
+//       Acquire, Release: the first answer, as things stand now (a grant that
+//         has ended since answers FAILED_PRECONDITION, never OK), for as long
+//         as the call is not acknowledged (see seq and ack). Never acted on twice.
+//       CreateLease: the same lease while it lives; once it has ended, a
+//         retry creates a new lease (safe: the client counts its deadline from
+//         its first attempt, which is earlier than the new lease's start).
+//       Revoke: OK, also when the lease had already ended (idempotent).
+//       Put: OK while no higher token has written the key; after one has, the
+//         retry answers FAILED_PRECONDITION with StaleToken, exactly as a first
+//         attempt would — in both cases a newer holder exists and the caller
+//         must stop.
+//       ForceRelease: names the grant by token, so a retry never ends a later
+//         grant; after the first attempt succeeded it answers
+//         FAILED_PRECONDITION ("already ended").
 //   - Refusals are gRPC statuses with precise codes; where a caller needs the
 //     facts (who holds the lock, which token is newer) the status carries a
 //     LockHeld or StaleToken detail.
@@ -630,11 +644,18 @@ func (x *KeepAliveRequest) GetSeq() uint64 {
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	// ok is false when the lease no longer exists (expired or revoked);
-	// the holder must stop using its locks.
+	// ok is false when the lease no longer exists (expired or revoked), or
+	// the request was malformed (then error says why); the holder must stop
+	// using its locks. Other leases on the stream are not affected.
 	Ok bool `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
 	// ttl is the time the lease now has, counted from when the renewal was sent.
-	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// held_tokens are the tokens of the locks the lease holds now, in lock
+	// name order. A grant the holder had before it sent this renewal and that
+	// is missing here was ended by an admin (ForceRelease): stop using it.
+	HeldTokens []uint64 `protobuf:"varint,4,rep,packed,name=held_tokens,json=heldTokens,proto3" json:"held_tokens,omitempty"`
+	// error explains a malformed request (ok is false).
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -688,6 +709,20 @@ func (x *KeepAliveResponse) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *KeepAliveResponse) GetHeldTokens() []uint64 {
+	if x != nil {
+		return x.HeldTokens
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 type RevokeRequest struct {
@@ -795,7 +830,16 @@ type AcquireRequest struct {
 	Wait      bool                   `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	// lock_delay applies after this grant ends by expiry: the lock is not
 	// re-granted for this long. Unset means the server default.
-	LockDelay     *durationpb.Duration `protobuf:"bytes,5,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,5,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// seq numbers this call among the Acquire and Release calls of the lease:
+	// from 1, a new number per call, the same on its retries. Required.
+	Seq uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	// ack: the client has the answers to every call of this lease numbered
+	// below ack (its lowest call still unanswered, or its next seq). The server
+	// forgets those answers and refuses any of them that arrives again
+	// (FAILED_PRECONDITION), so a late duplicate is never acted on. At most
+	// 1024 calls of a lease may be unacknowledged (RESOURCE_EXHAUSTED beyond).
+	Ack           uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -865,6 +909,20 @@ func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -926,10 +984,13 @@ func (x *AcquireResponse) GetLeaseNumber() uint64 {
 }
 
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	LeaseId       []byte                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	LeaseId   []byte                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// seq and ack: as in AcquireRequest (one numbering for both calls).
+	Seq           uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack           uint64 `protobuf:"varint,5,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -983,6 +1044,20 @@ func (x *ReleaseRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *ReleaseRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReleaseRequest) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
 }
 
 type ReleaseResponse struct {
@@ -1527,7 +1602,11 @@ type ForceReleaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// reason is logged by the server (who asked, and why); at most 256 bytes.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason    string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestId []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// token names the grant to end (LockInfo.token from GetLock). Required: a
+	// retry, or a call that arrives late, cannot end a later holder's grant.
+	Token         uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1576,12 +1655,27 @@ func (x *ForceReleaseRequest) GetReason() string {
 	return ""
 }
 
+func (x *ForceReleaseRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *ForceReleaseRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 type ForceReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// revoked_lease is the public number of the lease that was revoked.
+	// revoked_lease is the public number of the lease whose grant ended; the
+	// lease itself lives on.
 	RevokedLease uint64 `protobuf:"varint,1,opt,name=revoked_lease,json=revokedLease,proto3" json:"revoked_lease,omitempty"`
 	RevokedOwner string `protobuf:"bytes,2,opt,name=revoked_owner,json=revokedOwner,proto3" json:"revoked_owner,omitempty"`
-	// released lists every lock that lease held.
+	// released is the lock released (the one named).
 	Released      []string `protobuf:"bytes,3,rep,name=released,proto3" json:"released,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1869,17 +1963,20 @@ const file_fence_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"?\n" +
 	"\x10KeepAliveRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"b\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x99\x01\n" +
 	"\x11KeepAliveResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"I\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1f\n" +
+	"\vheld_tokens\x18\x04 \x03(\x04R\n" +
+	"heldTokens\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"I\n" +
 	"\rRevokeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\fR\aleaseId\",\n" +
 	"\x0eRevokeResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x03(\tR\breleased\"\xac\x01\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\"\xd0\x01\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x19\n" +
@@ -1887,16 +1984,20 @@ const file_fence_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x04 \x01(\bR\x04wait\x128\n" +
 	"\n" +
-	"lock_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"^\n" +
+	"lock_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\a \x01(\x04R\x03ack\"^\n" +
 	"\x0fAcquireResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12!\n" +
-	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\"^\n" +
+	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\"\x82\x01\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\fR\aleaseId\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\x11\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x05 \x01(\x04R\x03ack\"\x11\n" +
 	"\x0fReleaseResponse\"$\n" +
 	"\x0eGetLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +
@@ -1931,10 +2032,13 @@ const file_fence_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"9\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\fR\x05value\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"A\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"v\n" +
 	"\x13ForceReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"|\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\"|\n" +
 	"\x14ForceReleaseResponse\x12#\n" +
 	"\rrevoked_lease\x18\x01 \x01(\x04R\frevokedLease\x12#\n" +
 	"\rrevoked_owner\x18\x02 \x01(\tR\frevokedOwner\x12\x1a\n" +

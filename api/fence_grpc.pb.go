@@ -6,8 +6,22 @@
 //   - A lease id is a 16-byte secret. Whoever knows it can renew, release and
 //     revoke. It is never shown by read calls; those show the lease number.
 //   - Every mutating call carries a request_id (16 random bytes chosen by the
-//     client). Retrying a call with the same request_id after an unknown
-//     outcome returns the original result instead of acting twice.
+//     client, the same on every retry of one call); a call without one is
+//     refused with INVALID_ARGUMENT. What a retry answers, per call:
+//       Acquire, Release: the first answer, as things stand now (a grant that
+//         has ended since answers FAILED_PRECONDITION, never OK), for as long
+//         as the call is not acknowledged (see seq and ack). Never acted on twice.
+//       CreateLease: the same lease while it lives; once it has ended, a
+//         retry creates a new lease (safe: the client counts its deadline from
+//         its first attempt, which is earlier than the new lease's start).
+//       Revoke: OK, also when the lease had already ended (idempotent).
+//       Put: OK while no higher token has written the key; after one has, the
+//         retry answers FAILED_PRECONDITION with StaleToken, exactly as a first
+//         attempt would — in both cases a newer holder exists and the caller
+//         must stop.
+//       ForceRelease: names the grant by token, so a retry never ends a later
+//         grant; after the first attempt succeeded it answers
+//         FAILED_PRECONDITION ("already ended").
 //   - Refusals are gRPC statuses with precise codes; where a caller needs the
 //     facts (who holds the lock, which token is newer) the status carries a
 //     LockHeld or StaleToken detail.
@@ -81,9 +95,10 @@ type FenceClient interface {
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
 	// Get reads a value of the fenced key-value resource and its token.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
-	// ForceRelease is for operators: it revokes the lease that holds the lock
-	// (releasing every lock of that lease, with no lock-delay). The holder
-	// learns it at its next renewal. The server logs each call with its reason.
+	// ForceRelease is for operators: it ends one grant of one lock (named by
+	// its token, from GetLock) and hands the lock to the next waiter at once.
+	// The holder's lease and its other locks live on; the holder learns it at
+	// its next renewal (held_tokens). The server logs each call with its reason.
 	ForceRelease(ctx context.Context, in *ForceReleaseRequest, opts ...grpc.CallOption) (*ForceReleaseResponse, error)
 	// Members lists the raft group, as this node knows it, and who leads.
 	// Any node answers.
@@ -281,9 +296,10 @@ type FenceServer interface {
 	Put(context.Context, *PutRequest) (*PutResponse, error)
 	// Get reads a value of the fenced key-value resource and its token.
 	Get(context.Context, *GetRequest) (*GetResponse, error)
-	// ForceRelease is for operators: it revokes the lease that holds the lock
-	// (releasing every lock of that lease, with no lock-delay). The holder
-	// learns it at its next renewal. The server logs each call with its reason.
+	// ForceRelease is for operators: it ends one grant of one lock (named by
+	// its token, from GetLock) and hands the lock to the next waiter at once.
+	// The holder's lease and its other locks live on; the holder learns it at
+	// its next renewal (held_tokens). The server logs each call with its reason.
 	ForceRelease(context.Context, *ForceReleaseRequest) (*ForceReleaseResponse, error)
 	// Members lists the raft group, as this node knows it, and who leads.
 	// Any node answers.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -113,7 +114,7 @@ func (f Fence) renewerAt(ctx context.Context, addr string) (Renewer, error) {
 		return nil, err
 	}
 	fc := api.NewFenceClient(conn)
-	lease, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(f.TTL), Owner: "fence-bench"})
+	lease, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: newRequestID(), Ttl: durationpb.New(f.TTL), Owner: "fence-bench"})
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -152,7 +153,7 @@ func (r *fenceRenewer) Close() error {
 	_ = r.stream.CloseSend()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := r.fc.Revoke(ctx, &api.RevokeRequest{LeaseId: r.lease})
+	_, err := r.fc.Revoke(ctx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: r.lease})
 	r.cancel()
 	return errors.Join(err, r.conn.Close())
 }
@@ -178,7 +179,7 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 	}
 	at := w % len(clients)
 	create := func(ctx context.Context) error {
-		_, err := clients[at].CreateLease(ctx, &api.CreateLeaseRequest{Ttl: durationpb.New(ttl), Owner: "fence-bench"})
+		_, err := clients[at].CreateLease(ctx, &api.CreateLeaseRequest{RequestId: newRequestID(), Ttl: durationpb.New(ttl), Owner: "fence-bench"})
 		if status.Code(err) == codes.Unavailable {
 			at = (at + 1) % len(clients)
 			return ErrTryAgain
@@ -193,4 +194,11 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 func dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+}
+
+// newRequestID returns the 16 random bytes every mutating call carries.
+func newRequestID() []byte {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return b
 }

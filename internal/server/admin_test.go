@@ -34,7 +34,7 @@ func TestAdminCallsNeedTheToken(t *testing.T) {
 	if n.getLock("x").HolderOwner != "holder" {
 		t.Fatal("a refused admin call changed the lock")
 	}
-	if _, err := n.cli.ForceRelease(with("s3cret"), &api.ForceReleaseRequest{Name: "x"}); err != nil {
+	if _, err := n.cli.ForceRelease(with("s3cret"), &api.ForceReleaseRequest{RequestId: newReq(), Name: "x", Token: n.getLock("x").Token}); err != nil {
 		t.Fatalf("right token: %v", err)
 	}
 }

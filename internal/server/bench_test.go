@@ -38,11 +38,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					defer wg.Done()
 					name := fmt.Sprintf("bench/%d", i)
 					for j := 0; j < per; j++ {
-						if _, err := n.cli.Acquire(context.Background(), &api.AcquireRequest{RequestId: newReq(), LeaseId: leases[i], Name: name}); err != nil {
+						seq := nextSeq() // this lease's calls go one at a time: each acknowledges the earlier ones
+						if _, err := n.cli.Acquire(context.Background(), &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[i], Name: name}); err != nil {
 							b.Error(err)
 							return
 						}
-						if _, err := n.cli.Release(context.Background(), &api.ReleaseRequest{RequestId: newReq(), LeaseId: leases[i], Name: name}); err != nil {
+						seq = nextSeq()
+						if _, err := n.cli.Release(context.Background(), &api.ReleaseRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[i], Name: name}); err != nil {
 							b.Error(err)
 							return
 						}

@@ -46,7 +46,7 @@ type lessor struct {
 	active   bool                     // guarded by mu
 	leases   map[fsm.LeaseID]*tracked // guarded by mu
 	expiry   deadlineHeap             // guarded by mu; one entry per tracked lease
-	delays   map[string]time.Time     // guarded by mu; lock name → when to GrantNext
+	delays   map[string]delay         // guarded by mu; lock name → when to GrantNext
 	lastTick time.Time                // guarded by mu
 }
 
@@ -67,7 +67,7 @@ func (ls *lessor) maxTickElapsed() time.Duration { return 2 * ls.tick }
 
 func newLessor(c clock.Clock, tick time.Duration, propose func(context.Context, fsm.Command) (fsm.Result, error), log *slog.Logger) *lessor {
 	return &lessor{clock: c, tick: tick, propose: propose, log: log,
-		leases: map[fsm.LeaseID]*tracked{}, delays: map[string]time.Time{}}
+		leases: map[fsm.LeaseID]*tracked{}, delays: map[string]delay{}}
 }
 
 // activate starts the leader duties from state s. The caller holds the
@@ -77,7 +77,7 @@ func (ls *lessor) activate(s *fsm.State) {
 	defer ls.mu.Unlock()
 	now := ls.clock.Now()
 	n := s.NumLeases()
-	ls.leases, ls.expiry, ls.delays = make(map[fsm.LeaseID]*tracked, n), make(deadlineHeap, 0, n), map[string]time.Time{}
+	ls.leases, ls.expiry, ls.delays = make(map[fsm.LeaseID]*tracked, n), make(deadlineHeap, 0, n), map[string]delay{}
 	logical := s.Clock()
 	slack := ls.takeoverSlack()
 	s.LeaseTimes(func(id fsm.LeaseID, ttl, renewedAt time.Duration, renewals uint64) {
@@ -90,7 +90,7 @@ func (ls *lessor) activate(s *fsm.State) {
 	for _, k := range s.Locks() {
 		if k.Delayed {
 			passed := max(0, logical-k.DelayFrom-slack)
-			ls.delays[k.Name] = now.Add(max(0, k.LockDelay-passed))
+			ls.delays[k.Name] = delay{at: now.Add(max(0, k.LockDelay-passed)), token: k.Token}
 		}
 	}
 	ls.lastTick = now
@@ -106,7 +106,7 @@ func (ls *lessor) deactivate() {
 		ls.log.Info("leader duties stopped")
 	}
 	ls.active = false
-	ls.leases, ls.expiry, ls.delays = map[fsm.LeaseID]*tracked{}, nil, map[string]time.Time{}
+	ls.leases, ls.expiry, ls.delays = map[fsm.LeaseID]*tracked{}, nil, map[string]delay{}
 }
 
 // isActive reports whether this node is leading with a complete state.
@@ -146,7 +146,7 @@ func (ls *lessor) event(e *fsm.Event) {
 	case fsm.LeaseEnded:
 		delete(ls.leases, e.Lease) // its heap entry is dropped when popped
 	case fsm.DelayStarted:
-		ls.delays[e.Name] = ls.clock.Now().Add(e.Delay)
+		ls.delays[e.Name] = delay{at: ls.clock.Now().Add(e.Delay), token: e.Token}
 	}
 }
 
@@ -195,7 +195,7 @@ func (ls *lessor) step(ctx context.Context) {
 			case err != nil:
 				ls.log.Warn("leader duty not committed; will retry", "cmd", c.Kind.String(), "err", err)
 				if c.Kind == fsm.KindGrantNext {
-					ls.retryDelay(c.Name)
+					ls.retryDelay(c.Name, c.Token)
 				}
 			case c.Kind == fsm.KindExpire && res.Code == fsm.OK:
 				ls.log.Info("lease expired", "lease", res.LeaseNumber, "released", res.Released)
@@ -235,22 +235,30 @@ func (ls *lessor) due() []fsm.Command {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(ls.delays)) {
-		if !ls.delays[name].After(now) {
+		if d := ls.delays[name]; !d.at.After(now) {
 			delete(ls.delays, name)
-			cmds = append(cmds, fsm.Command{Kind: fsm.KindGrantNext, Name: name})
+			cmds = append(cmds, fsm.Command{Kind: fsm.KindGrantNext, Name: name, Token: d.token})
 		}
 	}
 	return cmds
 }
 
-func (ls *lessor) retryDelay(name string) {
+func (ls *lessor) retryDelay(name string, token uint64) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.active {
 		if _, ok := ls.delays[name]; !ok {
-			ls.delays[name] = ls.clock.Now()
+			ls.delays[name] = delay{at: ls.clock.Now(), token: token}
 		}
 	}
+}
+
+// delay is a lock's lock-delay: when it ends, and the token of the grant
+// whose expiry began it (GrantNext carries it, so a late one cannot end a
+// later delay).
+type delay struct {
+	at    time.Time
+	token uint64
 }
 
 func later(a, b time.Time) time.Time {

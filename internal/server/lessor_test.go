@@ -32,10 +32,10 @@ func TestTakeoverDeadlines(t *testing.T) {
 	s := fsm.New()
 	l1, l2, l3 := fsm.LeaseID{1}, fsm.LeaseID{2}, fsm.LeaseID{3}
 	applyAll(t, s,
-		fsm.Command{Kind: fsm.KindCreateLease, Lease: l1, TTL: 10 * time.Second},
-		fsm.Command{Kind: fsm.KindCreateLease, Lease: l2, TTL: 10 * time.Second},
-		fsm.Command{Kind: fsm.KindCreateLease, Lease: l3, TTL: time.Second},
-		fsm.Command{Kind: fsm.KindAcquire, Lease: l1, Name: "d", LockDelay: 5 * time.Second},
+		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{1}, Lease: l1, TTL: 10 * time.Second},
+		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{2}, Lease: l2, TTL: 10 * time.Second},
+		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{3}, Lease: l3, TTL: time.Second},
+		fsm.Command{Kind: fsm.KindAcquire, RequestID: fsm.RequestID{4}, Lease: l1, Seq: 1, Name: "d", LockDelay: 5 * time.Second},
 		tick(3*time.Second),
 		fsm.Command{Kind: fsm.KindRenew, Lease: l2},
 		tick(2*time.Second),
@@ -46,13 +46,14 @@ func TestTakeoverDeadlines(t *testing.T) {
 	ls := newTestLessor(c)
 	ls.activate(s)
 	now := c.Now()
-	slack := ls.takeoverSlack()
+	// The slack is two capped ticks of 2 × 100 ms: 400 ms. Literals, so that
+	// a wrong slack (0: a new leader could expire leases early) fails here.
 	for _, tt := range []struct {
 		id   fsm.LeaseID
 		want time.Duration
 	}{
-		{l2, 10*time.Second - (3*time.Second - slack)}, // renewed 3s (logged) ago
-		{l3, 0}, // 6s logged against a 1s TTL: due now
+		{l2, 7400 * time.Millisecond}, // TTL 10 s, renewed 3 s (logged) ago, + 400 ms slack
+		{l3, 0},                       // 6 s logged against a 1 s TTL: due now
 	} {
 		d, ok := ls.deadline(tt.id)
 		if !ok || d.Sub(now) != tt.want {
@@ -62,7 +63,7 @@ func TestTakeoverDeadlines(t *testing.T) {
 	if _, ok := ls.deadline(l1); ok {
 		t.Error("expired lease tracked")
 	}
-	if got, want := ls.delays["d"].Sub(now), 5*time.Second-(time.Second-slack); got != want {
+	if got, want := ls.delays["d"].at.Sub(now), 4400*time.Millisecond; got != want { // 5 s delay, 1 s logged, + 400 ms slack
 		t.Errorf("lock-delay ends in %v, want %v", got, want)
 	}
 }
@@ -73,8 +74,8 @@ func TestDueCommands(t *testing.T) {
 	s := fsm.New()
 	a, b := fsm.LeaseID{1}, fsm.LeaseID{2}
 	applyAll(t, s,
-		fsm.Command{Kind: fsm.KindCreateLease, Lease: a, TTL: time.Second},
-		fsm.Command{Kind: fsm.KindCreateLease, Lease: b, TTL: time.Second},
+		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{1}, Lease: a, TTL: time.Second},
+		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{2}, Lease: b, TTL: time.Second},
 		fsm.Command{Kind: fsm.KindRenew, Lease: a})
 	c := clocktest.New()
 	ls := newTestLessor(c)
@@ -83,7 +84,7 @@ func TestDueCommands(t *testing.T) {
 	ls.event(&fsm.Event{Kind: fsm.LeaseRenewed, Lease: b, TTL: time.Second, Renewals: 1}) // b renewed at 0.9s
 	c.Advance(200 * time.Millisecond)                                                     // 1.1s: a is due, b is not
 	cmds := ls.due()
-	if len(cmds) != 2 || cmds[0].Kind != fsm.KindTick || cmds[0].Elapsed != ls.maxTickElapsed() {
+	if len(cmds) != 2 || cmds[0].Kind != fsm.KindTick || cmds[0].Elapsed != 200*time.Millisecond { // capped at 2 ticks
 		t.Fatalf("want a capped tick then one expire, got %+v", cmds)
 	}
 	if e := cmds[1]; e.Kind != fsm.KindExpire || e.Lease != a || e.Renewals != 1 {
@@ -110,7 +111,7 @@ func BenchmarkLessorActivate(b *testing.B) {
 		var lid fsm.LeaseID
 		binary.LittleEndian.PutUint64(lid[:], uint64(j)+1)
 		binary.LittleEndian.PutUint64(lid[8:], uint64(j)*0x9e3779b97f4a7c15)
-		c := fsm.Command{Kind: fsm.KindCreateLease, Lease: lid, TTL: 30 * time.Second}
+		c := fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID(lid), Lease: lid, TTL: 30 * time.Second}
 		if r := s.Apply(&c); r.Code != fsm.OK {
 			b.Fatal(r.Code, r.Reason)
 		}

@@ -1,34 +1,73 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/migrate"
-	bolt "go.etcd.io/bbolt"
 )
 
-// The data dir's layout: the raft log and raft's own small state (term,
-// vote) in walDir (hashicorp/raft-wal: segment files appended and fsynced
-// once per write, plus its index), snapshots in snapshots/, and lockFile
-// held by the running server. legacyLog is where fence kept the raft log
-// before raft-wal (raft-boltdb, two fsyncs per write).
+// The data dir's layout: formatFile names the data format; the raft log and
+// raft's own small state (term, vote) in walDir (hashicorp/raft-wal: segment
+// files appended and fsynced once per write, plus its index), snapshots in
+// snapshots/, and lockFile held by the running server.
 const (
-	walDir    = "wal"
-	lockFile  = "LOCK"
-	legacyLog = "raft.db"
+	walDir     = "wal"
+	lockFile   = "LOCK"
+	formatFile = "FORMAT"
+	// dataFormat is the format this fence writes and reads: log entries of
+	// fsm format 2 and snapshots of fsm format 3 (call numbers). A data dir
+	// without formatFile that holds anything was written by an earlier fence
+	// (format 1) and is refused: its entries would mean something else now.
+	dataFormat = "fence data format 2\n"
 )
+
+// oldLayout names what an earlier fence left in a data dir.
+var oldLayout = []string{walDir, "raft.db", "raft.db.migrated", "snapshots"}
+
+// checkFormat makes sure dataDir (locked by the caller) holds data of this
+// fence's format: it writes the format file into a new data dir, and
+// refuses, with what to do, a data dir written in another format. Nothing
+// in a data dir is reinterpreted or converted silently.
+func checkFormat(dataDir string) error {
+	path := filepath.Join(dataDir, formatFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil && string(b) == dataFormat:
+		return nil
+	case err == nil:
+		return fmt.Errorf("data dir %s holds %q, not %q: it was written by another fence version; use that version, or start this one with an empty --data-dir", dataDir, strings.TrimSpace(string(b)), strings.TrimSpace(dataFormat))
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, name := range oldLayout {
+		if _, err := os.Stat(filepath.Join(dataDir, name)); err == nil {
+			return fmt.Errorf("data dir %s was written by an earlier fence (data format 1: it has %s but no %s file); this fence cannot read its log or snapshots. "+
+				"Start this fence with an empty --data-dir (the old cluster's leases and locks are not carried over: let their holders finish first), "+
+				"or keep running the earlier fence on it; see README, Upgrading", dataDir, name, formatFile)
+		}
+	}
+	if err := os.WriteFile(path, []byte(dataFormat), 0o640); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	return syncDir(dataDir)
+}
 
 // lockDataDir takes an exclusive lock on the data dir, so that a second
 // server pointed at it fails at once instead of corrupting it. The lock is
@@ -48,13 +87,10 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// openLogStore opens the raft log of dataDir (locked by the caller),
-// migrating a legacy raft.db first.
-func openLogStore(dataDir string, hl hclog.Logger, log *slog.Logger) (*wal.WAL, error) {
+// openLogStore opens the raft log of dataDir (locked by the caller and of
+// this fence's format).
+func openLogStore(dataDir string, hl hclog.Logger) (*wal.WAL, error) {
 	dir := filepath.Join(dataDir, walDir)
-	if err := migrateLegacyLog(dataDir, log); err != nil {
-		return nil, fmt.Errorf("migrate %s to %s: %w", filepath.Join(dataDir, legacyLog), dir, err)
-	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raft log dir: %w", err)
 	}
@@ -63,108 +99,6 @@ func openLogStore(dataDir string, hl hclog.Logger, log *slog.Logger) (*wal.WAL, 
 		return nil, fmt.Errorf("open raft log %s: %w", dir, err)
 	}
 	return w, nil
-}
-
-// migrateLegacyLog copies a legacy raft.db (log entries, term and vote)
-// into a new wal dir and renames raft.db to raft.db.migrated (kept, not
-// deleted: an operator can roll back to the previous fence with it). The
-// copy is built beside the data and renamed into place, so a crash at any
-// point leaves either the old layout (the copy starts over) or the new one.
-func migrateLegacyLog(dataDir string, log *slog.Logger) error {
-	old, dir := filepath.Join(dataDir, legacyLog), filepath.Join(dataDir, walDir)
-	if _, err := os.Stat(old); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if _, err := os.Stat(dir); err == nil {
-		// Copied and renamed before a crash; only the old file's rename is left.
-		return retire(old, dataDir)
-	}
-	tmp := dir + ".migrating"
-	if err := os.RemoveAll(tmp); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(tmp, 0o750); err != nil {
-		return err
-	}
-	start := time.Now()
-	entries, err := copyLegacyLog(old, tmp)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return err
-	}
-	if err := syncDir(dataDir); err != nil {
-		return err
-	}
-	log.Info("migrated the raft log from raft-boltdb to raft-wal", "entries", entries,
-		"from", old, "to", dir, "took", time.Since(start), "kept", old+".migrated")
-	return retire(old, dataDir)
-}
-
-// copyLegacyLog copies the log entries and raft's stable keys of a
-// raft-boltdb file into a raft-wal in dir and returns the entries copied.
-func copyLegacyLog(path, dir string) (entries uint64, err error) {
-	src, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bolt.Options{Timeout: time.Second}})
-	if err != nil {
-		return 0, fmt.Errorf("open %s: %w", path, err)
-	}
-	defer src.Close()
-	dst, err := wal.Open(dir)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if cerr := dst.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	first, err := src.FirstIndex()
-	if err != nil {
-		return 0, err
-	}
-	last, err := src.LastIndex()
-	if err != nil {
-		return 0, err
-	}
-	if last > 0 {
-		if err := migrate.CopyLogs(context.Background(), dst, src, 1<<20, nil); err != nil {
-			return 0, err
-		}
-		entries = last - first + 1
-	}
-	// The keys hashicorp/raft keeps (a node that never voted has no vote).
-	for _, k := range []string{"CurrentTerm", "LastVoteTerm"} {
-		v, err := src.GetUint64([]byte(k))
-		if errors.Is(err, raftboltdb.ErrKeyNotFound) {
-			continue
-		} else if err != nil {
-			return 0, fmt.Errorf("read %s: %w", k, err)
-		}
-		if err := dst.SetUint64([]byte(k), v); err != nil {
-			return 0, err
-		}
-	}
-	v, err := src.Get([]byte("LastVoteCand"))
-	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
-		return 0, fmt.Errorf("read LastVoteCand: %w", err)
-	}
-	if err == nil {
-		if err := dst.Set([]byte("LastVoteCand"), v); err != nil {
-			return 0, err
-		}
-	}
-	return entries, nil
-}
-
-// retire renames the migrated legacy log out of the way, durably.
-func retire(old, dataDir string) error {
-	if err := os.Rename(old, old+".migrated"); err != nil {
-		return err
-	}
-	return syncDir(dataDir)
 }
 
 func syncDir(dir string) error {

@@ -3,20 +3,19 @@ package server
 import (
 	"archive/tar"
 	"compress/gzip"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/fencehq/fence/internal/clock/clocktest"
 )
 
 // testdata/legacy-raftdb.tar.gz is a single-node data dir written by fence
-// before raft-wal (raft.db, raft-boltdb): 20 lock cycles (tokens 1–20), then
-// fix/a, fix/b, fix/c held with tokens 21–23 by 1-hour leases, then three
-// snapshots, then fix/d taken with token 24, which is only in the log.
+// before raft-wal (raft.db, raft-boltdb; data format 1): 20 lock cycles, then
+// locks held, three snapshots, and a grant only in the log.
 func legacyDataDir(t *testing.T) string {
 	t.Helper()
 	f, err := os.Open("testdata/legacy-raftdb.tar.gz")
@@ -63,68 +62,113 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// checkLegacyState asserts the fixture's state survived and the token
-// counter continues above the highest one ever granted.
-func checkLegacyState(t *testing.T, n *testNode) {
+// newServerOn starts a server on dir, as a restart would.
+func newServerOn(t *testing.T, dir string) (*Server, error) {
 	t.Helper()
-	for i, name := range []string{"fix/a", "fix/b", "fix/c", "fix/d"} {
-		if l := n.getLock(name); l == nil || l.Token != uint64(21+i) {
-			t.Fatalf("%s after migration: %v, want token %d", name, l, 21+i)
-		}
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = dir, "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.Logger = testLogger()
+	s, err := New(cfg)
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
 	}
-	r, err := n.acquire(n.lease(time.Hour, "new"), "fresh", false)
-	if err != nil || r.Token != 25 {
-		t.Fatalf("first grant after migration: %v %v, want token 25", r, err)
-	}
+	return s, err
 }
 
-func TestLegacyRaftDBIsMigrated(t *testing.T) {
-	dir := legacyDataDir(t)
-	n := &testNode{t: t, clock: clocktest.New(), dir: dir}
-	n.start()
-	t.Cleanup(n.stop)
-	checkLegacyState(t, n)
-	if exists(filepath.Join(dir, legacyLog)) || !exists(filepath.Join(dir, legacyLog+".migrated")) || !exists(filepath.Join(dir, walDir)) {
-		t.Fatal("after migration the data dir should hold wal/ and raft.db.migrated, not raft.db")
-	}
-	// A restart opens the migrated log as it is.
-	n.restart()
-	if l := n.getLock("fresh"); l == nil || l.Token != 25 {
-		t.Fatalf("fresh after restart: %v", l)
-	}
-}
-
-// A crash at any point of the migration leaves a data dir the next start
-// migrates or completes.
-func TestInterruptedMigrationCompletes(t *testing.T) {
-	crashes := map[string]func(t *testing.T, dir string){
-		"during the copy": func(t *testing.T, dir string) {
-			if err := os.MkdirAll(filepath.Join(dir, walDir+".migrating", "partial"), 0o750); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"before raft.db was renamed": func(t *testing.T, dir string) {
-			if err := migrateLegacyLog(dir, testLogger()); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(filepath.Join(dir, legacyLog+".migrated"), filepath.Join(dir, legacyLog)); err != nil {
-				t.Fatal(err)
-			}
-		},
-	}
-	for name, crash := range crashes {
-		t.Run(name, func(t *testing.T) {
+// TestOldDataDirIsRefused: a data dir written by an earlier fence (format 1)
+// is refused with what to do, and left exactly as it was. Before the format
+// file, fence migrated raft.db without looking, and when both raft.db and
+// wal/ existed (a rollback to the earlier fence, then this one again) it
+// retired raft.db and reused the stale wal/: term and vote went backwards.
+func TestOldDataDirIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T) string
+	}{
+		{"raft.db of fence before raft-wal", legacyDataDir},
+		{"raft.db and wal/ after a rollback", func(t *testing.T) string {
 			dir := legacyDataDir(t)
-			crash(t, dir)
-			n := &testNode{t: t, clock: clocktest.New(), dir: dir}
-			n.start()
-			t.Cleanup(n.stop)
-			checkLegacyState(t, n)
-			if exists(filepath.Join(dir, legacyLog)) || exists(filepath.Join(dir, walDir+".migrating")) {
-				t.Fatal("raft.db and the partial copy should be gone")
+			if err := os.Mkdir(filepath.Join(dir, walDir), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+		{"wal/ without a format file", func(t *testing.T) string {
+			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, walDir), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.setup(t)
+			before := listDir(t, dir)
+			_, err := newServerOn(t, dir)
+			if err == nil || !strings.Contains(err.Error(), "written by an earlier fence (data format 1") || !strings.Contains(err.Error(), "empty --data-dir") {
+				t.Fatalf("a data dir of the earlier format was not refused with what to do: %v", err)
+			}
+			if after := listDir(t, dir); !slices.Equal(before, after) {
+				t.Fatalf("the refused data dir was changed: %v → %v", before, after)
 			}
 		})
 	}
+}
+
+// TestOtherFormatIsRefused: a format file of another version is refused.
+func TestOtherFormatIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, formatFile), []byte("fence data format 3\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServerOn(t, dir); err == nil || !strings.Contains(err.Error(), "another fence version") {
+		t.Fatalf("format 3 accepted: %v", err)
+	}
+}
+
+// TestFormatFileWritten: a new data dir gets the format file, and a restart
+// reads it back.
+func TestFormatFileWritten(t *testing.T) {
+	dir := t.TempDir()
+	s, err := newServerOn(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, formatFile)); err != nil || string(b) != dataFormat {
+		t.Fatalf("format file: %q %v", b, err)
+	}
+	s.Close()
+	if _, err := newServerOn(t, dir); err != nil {
+		t.Fatalf("restart on its own data dir: %v", err)
+	}
+}
+
+// listDir lists every path under dir (names, sizes), to see that nothing changed.
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if path == filepath.Join(dir, lockFile) {
+			return nil // taken (and left) by the refused server: not data
+		}
+		size := info.Size()
+		if d.IsDir() {
+			size = 0
+		}
+		out = append(out, fmt.Sprintf("%s %d", strings.TrimPrefix(path, dir), size))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestDataDirInUseIsRefused(t *testing.T) {

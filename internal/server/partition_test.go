@@ -43,7 +43,7 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	}
 	defer conn.Close()
 	direct := api.NewFenceClient(conn)
-	lease, err := direct.CreateLease(ctx(5*time.Second), &api.CreateLeaseRequest{Ttl: durationpb.New(30 * time.Second)})
+	lease, err := direct.CreateLease(ctx(5*time.Second), &api.CreateLeaseRequest{RequestId: []byte("partition-test-1"), Ttl: durationpb.New(30 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	c.Partition(old)
 
 	// The minority grants nothing...
-	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{LeaseId: lease.LeaseId, Name: "minority"}); err == nil {
+	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{RequestId: []byte("partition-test-2"), Seq: 1, LeaseId: lease.LeaseId, Name: "minority"}); err == nil {
 		t.Fatalf("the cut-off leader granted a lock: token %d", r.Token)
 	}
 	// ...and renews nothing.

@@ -109,7 +109,10 @@ func (s *Server) open() error {
 	if s.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
 		return err
 	}
-	if s.store, err = openLogStore(cfg.DataDir, hl, s.log); err != nil {
+	if err := checkFormat(cfg.DataDir); err != nil {
+		return err
+	}
+	if s.store, err = openLogStore(cfg.DataDir, hl); err != nil {
 		return err
 	}
 	logs, err := raft.NewLogCache(4096, s.store)

@@ -7,6 +7,7 @@ import (
 
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +122,13 @@ func newReq() []byte {
 	return b
 }
 
+// testSeq numbers the Acquire and Release calls of the tests: unique across
+// all leases, which is all the call numbering asks (ack stays 0: no test
+// makes 1024 calls on one lease).
+var testSeq atomic.Uint64
+
+func nextSeq() uint64 { return testSeq.Add(1) }
+
 func (n *testNode) lease(ttl time.Duration, owner string) []byte {
 	n.t.Helper()
 	r, err := n.cli.CreateLease(ctx(n.t), &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(ttl), Owner: owner})
@@ -131,7 +139,7 @@ func (n *testNode) lease(ttl time.Duration, owner string) []byte {
 }
 
 func (n *testNode) acquire(lease []byte, name string, wait bool) (*api.AcquireResponse, error) {
-	return n.cli.Acquire(ctx(n.t), &api.AcquireRequest{RequestId: newReq(), LeaseId: lease, Name: name, Wait: wait,
+	return n.cli.Acquire(ctx(n.t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: lease, Name: name, Wait: wait,
 		LockDelay: durationpb.New(0)})
 }
 
@@ -200,7 +208,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 		}
 		eventually(t, w.who+" queued", func() bool { return n.getLock("jobs/nightly").Waiters == want })
 	}
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), LeaseId: a, Name: "jobs/nightly"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "jobs/nightly"}); err != nil {
 		t.Fatal(err)
 	}
 	g := <-grants
@@ -219,7 +227,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 		t.Fatalf("list: %v %v", list, err)
 	}
 	// Release by a lease that does not hold it.
-	_, err = n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), LeaseId: a, Name: "jobs/nightly"})
+	_, err = n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "jobs/nightly"})
 	if code(err) != codes.FailedPrecondition {
 		t.Fatalf("release by non-holder: %v", err)
 	}
@@ -228,7 +236,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 func TestAcquireRetryIsIdempotent(t *testing.T) {
 	n := startNode(t, nil)
 	a := n.lease(time.Hour, "a")
-	req := &api.AcquireRequest{RequestId: newReq(), LeaseId: a, Name: "x"}
+	req := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}
 	first, err := n.cli.Acquire(ctx(t), req)
 	if err != nil {
 		t.Fatal(err)
@@ -237,12 +245,12 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	if err != nil || again.Token != first.Token {
 		t.Fatalf("retry: %v %v, want token %d", again, err, first.Token)
 	}
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), LeaseId: a, Name: "x"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	late, err := n.cli.Acquire(ctx(t), req) // a very late duplicate
-	if err != nil || late.Token != first.Token {
-		t.Fatalf("late duplicate: %v %v", late, err)
+	// A very late duplicate: its grant has ended, so it says so (never OK).
+	if late, err := n.cli.Acquire(ctx(t), req); code(err) != codes.FailedPrecondition {
+		t.Fatalf("late duplicate of a grant since released: %v %v, want FAILED_PRECONDITION", late, err)
 	}
 	if n.getLock("x").HolderLease != 0 {
 		t.Fatal("a late duplicate re-acquired the lock")
@@ -260,7 +268,7 @@ func TestExpiryAndLockDelay(t *testing.T) {
 	n := startNode(t, nil)
 	dead := n.lease(2*time.Second, "paused")
 	live := n.lease(time.Hour, "next")
-	r, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), LeaseId: dead, Name: "x", LockDelay: durationpb.New(3 * time.Second)})
+	r, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: dead, Name: "x", LockDelay: durationpb.New(3 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +348,7 @@ func TestWaitGivesUpAtDeadline(t *testing.T) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), LeaseId: b, Name: "x", Wait: true})
+	_, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: b, Name: "x", Wait: true})
 	if code(err) != codes.DeadlineExceeded {
 		t.Fatalf("wait past deadline: %v", err)
 	}
@@ -351,7 +359,7 @@ func TestFencedPutGet(t *testing.T) {
 	n := startNode(t, nil)
 	a, b := n.lease(time.Hour, "a"), n.lease(time.Hour, "b")
 	ta, _ := n.acquire(a, "x", false)
-	n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), LeaseId: a, Name: "x"})
+	n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"})
 	tb, _ := n.acquire(b, "x", false)
 
 	put := func(v string, tok uint64) error {
@@ -487,7 +495,7 @@ func TestRestartKeepsStateAndTokens(t *testing.T) {
 				if _, err := n.acquire(a, "x", false); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), LeaseId: a, Name: "x"}); err != nil {
+				if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -510,7 +518,7 @@ func TestRestartKeepsStateAndTokens(t *testing.T) {
 				t.Fatalf("token after restart: %v %v, want %d", r, err, last+1)
 			}
 			// The lease survived the restart and is still the holder's.
-			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), LeaseId: a, Name: "keep"}); err != nil {
+			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "keep"}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -546,7 +554,7 @@ func (n *testNode) logical() time.Duration {
 func TestNotReadyRefusesCalls(t *testing.T) {
 	n := startNode(t, nil)
 	n.srv.lessor.deactivate() // as after losing leadership
-	_, err := n.cli.CreateLease(ctx(t), &api.CreateLeaseRequest{Ttl: durationpb.New(time.Minute)})
+	_, err := n.cli.CreateLease(ctx(t), &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(time.Minute)})
 	if code(err) != codes.Unavailable {
 		t.Fatalf("call on a node that is not ready: %v", err)
 	}
@@ -569,18 +577,32 @@ func TestForceRelease(t *testing.T) {
 	got := make(chan *api.AcquireResponse, 1)
 	go func() { r, _ := n.acquire(b, "x", true); got <- r }()
 	eventually(t, "queued", func() bool { return n.getLock("x").Waiters == 1 })
-	r, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{Name: "x", Reason: "ops: job hung, ticket 42"})
-	if err != nil || r.RevokedOwner != "stuck-job" || len(r.Released) != 2 {
+	req := &api.ForceReleaseRequest{RequestId: newReq(), Name: "x", Token: n.getLock("x").Token, Reason: "ops: job hung, ticket 42"}
+	r, err := n.cli.ForceRelease(ctx(t), req)
+	if err != nil || r.RevokedOwner != "stuck-job" || len(r.Released) != 1 || r.Released[0] != "x" {
 		t.Fatalf("force-release: %v %v", r, err)
 	}
 	if g := <-got; g == nil || g.Token != 3 {
 		t.Fatalf("waiter after force-release: %v", g)
 	}
-	if _, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{Name: "free"}); code(err) != codes.NotFound {
+	// Only the named grant ended: the lease and its other lock live on.
+	if y := n.getLock("y"); y.HolderOwner != "stuck-job" {
+		t.Fatalf("force-release of x ended y too: %v", y)
+	}
+	// A retry (or a late duplicate) names the ended grant: the next holder keeps x.
+	if _, err := n.cli.ForceRelease(ctx(t), req); code(err) != codes.FailedPrecondition {
+		t.Fatalf("retried force-release: %v, want FAILED_PRECONDITION", err)
+	}
+	if x := n.getLock("x"); x.HolderOwner != "next" || x.Token != 3 {
+		t.Fatalf("a retried force-release ended the next holder's grant: %v", x)
+	}
+	if _, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{RequestId: newReq(), Name: "free", Token: 1}); code(err) != codes.FailedPrecondition {
 		t.Fatalf("force-release of a free lock: %v", err)
 	}
-	if _, err := n.cli.ForceRelease(ctx(t), &api.ForceReleaseRequest{Name: ""}); code(err) != codes.InvalidArgument {
-		t.Fatalf("force-release without a name: %v", err)
+	for _, bad := range []*api.ForceReleaseRequest{{RequestId: newReq(), Token: 3}, {RequestId: newReq(), Name: "x"}, {Name: "x", Token: 3}} {
+		if _, err := n.cli.ForceRelease(ctx(t), bad); code(err) != codes.InvalidArgument {
+			t.Fatalf("force-release %v: %v, want INVALID_ARGUMENT", bad, err)
+		}
 	}
 }
 

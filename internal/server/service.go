@@ -67,22 +67,32 @@ func (v *service) CreateLease(ctx context.Context, r *api.CreateLeaseRequest) (*
 // maxRenewalsInFlight bounds the renewals one KeepAlive stream has pending.
 const maxRenewalsInFlight = 1024
 
+// renewalRoundTimeout bounds how long a round of renewals may take to
+// commit. A leader that cannot commit (deposed, or cut off from the
+// majority) ends the stream with UNAVAILABLE after it, so a client moves to
+// another member instead of waiting on a node that will never answer.
+const renewalRoundTimeout = time.Second
+
 // renewal is one KeepAlive request waiting for its answer.
 type renewal struct {
 	lease fsm.LeaseID
 	seq   uint64
+	bad   error // a malformed request, answered with ok=false and this error
 }
 
 // KeepAlive answers renewals in rounds: the requests that arrived while the
 // previous round was committing are renewed together — one Renew per lease,
 // proposed after every one of them arrived, so each is renewed no earlier
-// than it asked — and answered in arrival order.
+// than it asked — and answered in arrival order. A malformed request is
+// answered on its own (ok=false, error) without ending the stream; when the
+// client half-closes, every request already received is answered first.
 func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 	ctx, cancel := context.WithCancel(stream.Context()) // ends the rounds when the handler returns
 	var (
 		mu      sync.Mutex
 		pending []renewal // guarded by mu
 		wake    = make(chan struct{}, 1)
+		closing = make(chan struct{}) // closed on half-close: answer what is pending, then stop
 		slots   = make(chan struct{}, maxRenewalsInFlight)
 		failed  = make(chan error, 1)
 		done    = make(chan struct{})
@@ -95,42 +105,68 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 	}
 	go func() { // the rounds
 		defer close(done)
+		draining := false
 		for {
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return
+			if !draining {
+				select {
+				case <-wake:
+				case <-closing:
+					draining = true
+				case <-ctx.Done():
+					return
+				}
 			}
 			mu.Lock()
 			round := pending
 			pending = nil
 			mu.Unlock()
 			if len(round) == 0 {
+				if draining {
+					return
+				}
 				continue
 			}
-			results, err := v.renewAll(ctx, round)
-			if err != nil {
+			if err := v.answerRound(ctx, stream, round); err != nil {
 				fail(err)
 				return
 			}
-			for _, r := range round {
-				resp := &api.KeepAliveResponse{Seq: r.seq, Ok: results[r.lease].Code == fsm.OK}
-				if resp.Ok {
-					resp.Ttl = durationpb.New(results[r.lease].TTL)
-				}
-				if err := stream.Send(resp); err != nil {
-					fail(err)
-					return
-				}
+			for range round {
 				<-slots
 			}
 		}
 	}()
 	defer func() { cancel(); <-done }()
+	enqueue := func(r renewal) error {
+		select {
+		case slots <- struct{}{}:
+		case err := <-failed:
+			return err
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		mu.Lock()
+		pending = append(pending, r)
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		return nil
+	}
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil
+			close(closing)
+			select {
+			case <-done:
+			case <-ctx.Done():
+			}
+			select {
+			case err := <-failed:
+				return err
+			default:
+				return nil
+			}
 		}
 		if err != nil {
 			return err
@@ -142,7 +178,10 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 		}
 		id, err := leaseID(req.GetLeaseId())
 		if err != nil {
-			return err
+			if err := enqueue(renewal{seq: req.GetSeq(), bad: err}); err != nil {
+				return err
+			}
+			continue
 		}
 		if planted.DeposedRenewal && v.s.led.Load() && !v.s.Ready() {
 			if err := stream.Send(v.renewFromMemory(id, req.GetSeq())); err != nil { // planted bug: a deposed leader answers
@@ -153,21 +192,36 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 		if err := v.leading(); err != nil {
 			return err
 		}
-		select {
-		case slots <- struct{}{}:
-		case err := <-failed:
+		if err := enqueue(renewal{lease: id, seq: req.GetSeq()}); err != nil {
 			return err
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		mu.Lock()
-		pending = append(pending, renewal{lease: id, seq: req.GetSeq()})
-		mu.Unlock()
-		select {
-		case wake <- struct{}{}:
-		default:
 		}
 	}
+}
+
+// answerRound renews the leases of one round and sends the answers in
+// arrival order.
+func (v *service) answerRound(ctx context.Context, stream api.Fence_KeepAliveServer, round []renewal) error {
+	rctx, cancel := context.WithTimeout(ctx, renewalRoundTimeout)
+	defer cancel()
+	results, err := v.renewAll(rctx, round)
+	if err != nil {
+		if ctx.Err() == nil && rctx.Err() != nil {
+			return status.Errorf(codes.Unavailable, "this node could not commit renewals within %v (it may have lost leadership); renew on another member", renewalRoundTimeout)
+		}
+		return err
+	}
+	for _, r := range round {
+		resp := &api.KeepAliveResponse{Seq: r.seq}
+		if r.bad != nil {
+			resp.Error = status.Convert(r.bad).Message()
+		} else if res := results[r.lease]; res.Code == fsm.OK {
+			resp.Ok, resp.Ttl, resp.HeldTokens = true, durationpb.New(res.TTL), res.Held
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // renewAll proposes one Renew per distinct lease of a round, concurrently
@@ -176,7 +230,7 @@ func (v *service) renewAll(ctx context.Context, round []renewal) (map[fsm.LeaseI
 	var ids []fsm.LeaseID
 	seen := map[fsm.LeaseID]bool{}
 	for _, r := range round {
-		if !seen[r.lease] {
+		if r.bad == nil && !seen[r.lease] {
 			seen[r.lease] = true
 			ids = append(ids, r.lease)
 		}
@@ -219,7 +273,9 @@ func (v *service) Revoke(ctx context.Context, r *api.RevokeRequest) (*api.Revoke
 	if err != nil {
 		return nil, err
 	}
-	res, err := v.apply(ctx, cmd)
+	// Idempotent: a lease that has already ended (by an earlier attempt of
+	// this call, by expiry, or by another revoke) answers OK.
+	res, err := v.apply(ctx, cmd, fsm.LeaseNotFound)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +332,7 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 func (v *service) giveUp(callCtx context.Context, cmd fsm.Command) (*api.AcquireResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Name: cmd.Name})
+	_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
 	if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
 		return nil, status.Errorf(codes.DeadlineExceeded, "gave up waiting for lock %q at the call's deadline", cmd.Name)
 	}
@@ -389,30 +445,17 @@ func (v *service) ForceRelease(ctx context.Context, r *api.ForceReleaseRequest) 
 	if err := v.s.authorizeAdmin(ctx, "force-release"); err != nil {
 		return nil, err
 	}
-	if err := name("lock name", r.GetName()); err != nil {
-		return nil, err
-	}
-	if err := fsm.ValidOwner(r.GetReason()); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "reason: %v", err)
-	}
-	if err := v.s.linearizableRead(ctx); err != nil {
-		return nil, err
-	}
-	var holder fsm.LockView
-	v.s.replica.read(func(s *fsm.State) { holder, _ = s.Lock(r.GetName()) })
-	if holder.Holder.IsZero() {
-		return nil, status.Errorf(codes.NotFound, "lock %q is not held; nothing to release", r.GetName())
-	}
-	res, err := v.apply(ctx, fsm.Command{Kind: fsm.KindRevoke, RequestID: fsm.RequestID(newRandom()), Lease: holder.Holder})
-	if status.Code(err) == codes.NotFound {
-		return nil, status.Errorf(codes.NotFound, "lock %q was released meanwhile; nothing to release", r.GetName())
-	}
+	cmd, err := v.s.limits.forceRelease(r)
 	if err != nil {
 		return nil, err
 	}
-	v.s.log.Warn("admin force-release: revoked the holder's lease", "caller", callerAddr(ctx), "lock", r.GetName(), "lease", holder.HolderNum,
-		"owner", holder.HolderOwner, "token", holder.Token, "released", res.Released, "reason", r.GetReason())
-	return &api.ForceReleaseResponse{RevokedLease: holder.HolderNum, RevokedOwner: holder.HolderOwner, Released: res.Released}, nil
+	res, err := v.apply(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	v.s.log.Warn("admin force-release: ended one grant", "caller", callerAddr(ctx), "lock", cmd.Name, "lease", res.LeaseNumber,
+		"owner", res.Owner, "token", res.Token, "reason", r.GetReason())
+	return &api.ForceReleaseResponse{RevokedLease: res.LeaseNumber, RevokedOwner: res.Owner, Released: res.Released}, nil
 }
 
 // newRandom returns 16 bytes from crypto/rand (which never fails on Linux;

@@ -24,16 +24,29 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
+// requestID checks the id every mutating call must carry: 16 bytes, not all
+// zero. Without one a retry could not be told from a second call.
 func requestID(b []byte) (fsm.RequestID, error) {
 	var id fsm.RequestID
-	switch len(b) {
-	case 0: // no deduplication for this call
-	case len(id):
-		copy(id[:], b)
-	default:
-		return id, invalid("request_id is %d bytes; send 16 random bytes (the same on every retry of one call) or none", len(b))
+	if len(b) != len(id) {
+		return id, invalid("request_id is %d bytes; send 16 random bytes, the same on every retry of one call", len(b))
+	}
+	copy(id[:], b)
+	if id.IsZero() {
+		return id, invalid("request_id is all zeros; send 16 random bytes, the same on every retry of one call")
 	}
 	return id, nil
+}
+
+// callNumber checks the seq and ack of a lease's Acquire or Release.
+func callNumber(seq, ack uint64) error {
+	if seq == 0 {
+		return invalid("seq is missing; number the Acquire and Release calls of a lease from 1, the same number on every retry of one call")
+	}
+	if ack > seq {
+		return invalid("ack %d is above seq %d; ack is the lowest call number whose answer the client has not received", ack, seq)
+	}
+	return nil
 }
 
 func leaseID(b []byte) (fsm.LeaseID, error) {
@@ -84,9 +97,12 @@ func (l limits) createLease(r *api.CreateLeaseRequest) (fsm.Command, error) {
 }
 
 func (l limits) acquire(r *api.AcquireRequest) (fsm.Command, error) {
-	c := fsm.Command{Kind: fsm.KindAcquire, Name: r.GetName(), Wait: r.GetWait(), LockDelay: l.lockDelay}
+	c := fsm.Command{Kind: fsm.KindAcquire, Name: r.GetName(), Wait: r.GetWait(), LockDelay: l.lockDelay, Seq: r.GetSeq(), Ack: r.GetAck()}
 	var err error
 	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	if err := callNumber(c.Seq, c.Ack); err != nil {
 		return c, err
 	}
 	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
@@ -107,9 +123,12 @@ func (l limits) acquire(r *api.AcquireRequest) (fsm.Command, error) {
 }
 
 func (l limits) release(r *api.ReleaseRequest) (fsm.Command, error) {
-	c := fsm.Command{Kind: fsm.KindRelease, Name: r.GetName()}
+	c := fsm.Command{Kind: fsm.KindRelease, Name: r.GetName(), Seq: r.GetSeq(), Ack: r.GetAck()}
 	var err error
 	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	if err := callNumber(c.Seq, c.Ack); err != nil {
 		return c, err
 	}
 	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
@@ -149,6 +168,24 @@ func (l limits) put(r *api.PutRequest) (fsm.Command, error) {
 	return c, nil
 }
 
+func (l limits) forceRelease(r *api.ForceReleaseRequest) (fsm.Command, error) {
+	c := fsm.Command{Kind: fsm.KindForceRelease, Name: r.GetName(), Token: r.GetToken()}
+	var err error
+	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
+		return c, err
+	}
+	if err := name("lock name", c.Name); err != nil {
+		return c, err
+	}
+	if err := fsm.ValidOwner(r.GetReason()); err != nil {
+		return c, status.Errorf(codes.InvalidArgument, "reason: %v", err)
+	}
+	if c.Token == 0 {
+		return c, invalid("token is 0; give the token of the grant to end (GetLock shows it), so a retry cannot end a later grant")
+	}
+	return c, nil
+}
+
 // refusal turns an fsm refusal into a gRPC status a person can act on.
 func refusal(c *fsm.Command, r *fsm.Result) error {
 	switch r.Code {
@@ -169,6 +206,17 @@ func refusal(c *fsm.Command, r *fsm.Result) error {
 		return status.Errorf(codes.AlreadyExists, "this lease is already waiting for lock %q", c.Name)
 	case fsm.NotHolder:
 		return status.Errorf(codes.FailedPrecondition, "this lease does not hold lock %q", c.Name)
+	case fsm.Ended:
+		if c.Kind == fsm.KindForceRelease {
+			return status.Errorf(codes.FailedPrecondition, "the grant of lock %q with token %d has already ended; nothing to release", c.Name, c.Token)
+		}
+		return status.Errorf(codes.FailedPrecondition, "this call's grant of lock %q (token %d) has already ended: released or force-released", c.Name, r.Token)
+	case fsm.Cancelled:
+		return status.Errorf(codes.FailedPrecondition, "this call's wait for lock %q was cancelled", c.Name)
+	case fsm.Answered:
+		return status.Errorf(codes.FailedPrecondition, "call %d of this lease was already answered and acknowledged; a late duplicate is not acted on", c.Seq)
+	case fsm.TooManyCalls:
+		return status.Errorf(codes.ResourceExhausted, "this lease has %d calls unacknowledged; acknowledge answered calls (ack) before making more", fsm.MaxCallsInFlight)
 	case fsm.Stale:
 		st := status.Newf(codes.FailedPrecondition, "stale token: %d < %d, the highest key %q has accepted; a newer holder has written, stop and re-acquire", c.Token, r.Token, c.Name)
 		return withDetail(st, &api.StaleToken{Key: c.Name, Offered: c.Token, Highest: r.Token})

@@ -30,7 +30,7 @@ func TestClusterPausedLeaderAcksNoRenewal(t *testing.T) {
 	}
 	defer conn.Close()
 	fc := api.NewFenceClient(conn)
-	lease, err := fc.CreateLease(timeout(t, 5*time.Second), &api.CreateLeaseRequest{Ttl: durationpb.New(30 * time.Second)})
+	lease, err := fc.CreateLease(timeout(t, 5*time.Second), &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(30 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,13 @@ import (
 
 	"github.com/fencehq/fence/api"
 )
+
+// testSeq numbers the Acquire and Release calls: one counter for all leases
+// (unique per lease is all the numbering asks). Each worker's lease makes
+// its calls one at a time, so a call acknowledges every earlier one (Ack = Seq).
+var testSeq atomic.Uint64
+
+func nextSeq() uint64 { return testSeq.Add(1) }
 
 func newReq() []byte {
 	b := make([]byte, 16)
@@ -85,7 +93,8 @@ func TestKill9Durability(t *testing.T) {
 				for i := 0; ctx.Err() == nil; i++ {
 					name := fmt.Sprintf("r%d/w%d/%d", round, w, i)
 					c, done := context.WithTimeout(ctx, 2*time.Second)
-					r, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), LeaseId: leases[w], Name: name})
+					seq := nextSeq()
+					r, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[w], Name: name})
 					done()
 					if err != nil {
 						mu.Lock()
@@ -123,7 +132,8 @@ func TestKill9Durability(t *testing.T) {
 					}
 					if i%2 == 1 { // release every other grant, so not every token stays visible
 						c, done = context.WithTimeout(ctx, 2*time.Second)
-						_, err = n.cli.Release(c, &api.ReleaseRequest{RequestId: newReq(), LeaseId: leases[w], Name: name})
+						seq := nextSeq()
+						_, err = n.cli.Release(c, &api.ReleaseRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[w], Name: name})
 						done()
 						mu.Lock()
 						if err == nil {
@@ -201,11 +211,11 @@ func verify(t *testing.T, n *node, grants map[string]uint64, released map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := n.cli.Acquire(ctx, &api.AcquireRequest{RequestId: newReq(), LeaseId: probe.LeaseId, Name: fmt.Sprintf("probe/%d", time.Now().UnixNano())})
+	r, err := n.cli.Acquire(ctx, &api.AcquireRequest{RequestId: newReq(), Seq: 1, LeaseId: probe.LeaseId, Name: fmt.Sprintf("probe/%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.cli.Revoke(ctx, &api.RevokeRequest{LeaseId: probe.LeaseId})
+	defer n.cli.Revoke(ctx, &api.RevokeRequest{RequestId: newReq(), LeaseId: probe.LeaseId})
 	if r.Token <= maxToken || r.Token <= highest {
 		t.Errorf("next token %d not above every token handed out (acknowledged max %d, held max %d)", r.Token, maxToken, highest)
 	}
