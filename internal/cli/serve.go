@@ -20,8 +20,8 @@ func newServe(g *globals) *cobra.Command {
 		Short: "Run a fence node (a single node by default, data in ./fence-data)",
 		Long: `Run a fence node. On first start it creates the data dir and bootstraps a
 single-node raft group; later starts come back from the data dir (raft log in
-wal/, fsynced on every write, plus snapshots; a raft.db from an earlier fence
-is migrated on the first start and kept as raft.db.migrated).
+wal/, fsynced on every write, plus snapshots; a data dir of another format,
+such as one from an earlier fence, is refused: see README, Upgrading).
 
 Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
 /readyz are served over HTTP (default 127.0.0.1:7301).
