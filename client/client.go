@@ -173,19 +173,27 @@ func (c *Client) Close() error {
 	var errs []error
 	for _, s := range sessions {
 		s.end(fmt.Errorf("%w: lease #%d revoked", ErrClosed, s.number))
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: s.id}
-		err := c.retry(ctx, func(ctx context.Context) error {
-			_, err := c.leader().Revoke(ctx, req)
-			return err
-		})
-		cancel()
-		if err != nil && status.Code(err) != codes.NotFound {
-			errs = append(errs, fmt.Errorf("revoke lease #%d: %w", s.number, err))
+		if err := c.revoke(s); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	errs = append(errs, closeMembers(c.members()))
 	return errors.Join(errs...)
+}
+
+// revoke ends s on the server (s has ended here already).
+func (c *Client) revoke(s *session) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: s.id}
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.leader().Revoke(ctx, req)
+		return err
+	})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("revoke lease #%d: %w", s.number, err)
+	}
+	return nil
 }
 
 // session returns the live session for key, creating it if needed.
@@ -295,8 +303,8 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 			granted(resp.Token)
 			return newLease(s, name, resp.Token, unclaim), nil
 		}
-		if ctx.Err() != nil && wait {
-			c.undo(s, name) // before unclaim: no other local caller can hold name yet
+		if outcomeUnknown(err) {
+			c.settleAcquire(s, req) // before unclaim: no other local caller can hold name yet
 		}
 		unclaim()
 		switch st, _ := status.FromError(err); {
@@ -315,17 +323,93 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 	}
 }
 
-// undo gives back a grant that raced with the caller's deadline: the server
-// leaves the queue when the call ends, but the grant may have come first. The
-// caller still holds the local claim on name, so if this session holds the
-// lock now, it is that grant.
-func (c *Client) undo(s *session, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := c.leader().GetLock(ctx, &api.GetLockRequest{Name: name})
-	if err == nil && resp.GetLock().GetHolderLease() == s.number {
-		c.leader().Release(ctx, &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name})
+// Settling unknown outcomes. A call whose context ended (or whose answer was
+// lost) may still have acted. The client then re-sends the SAME request (same
+// request id, so the server answers with the first outcome, and a grant
+// released since never answers OK) with a fresh context, settleAttempt at a
+// time, for up to settleFor (default defaultSettleFor). A grant made is given
+// back. If the outcome is still unknown at the bound, the client gives up the
+// whole session: it stops renewing and revokes it (or the server expires it),
+// so no grant outlives its holder's knowledge of it.
+const (
+	defaultSettleFor = 5 * time.Second
+	settleAttempt    = time.Second
+)
+
+// outcomeUnknown reports whether err leaves open whether the server acted.
+func outcomeUnknown(err error) bool {
+	if err == nil {
+		return false
 	}
+	if errors.Is(err, ErrIndeterminate) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.Internal:
+		return true
+	}
+	return false
+}
+
+// settle re-sends call until its outcome is known (nil or a definitive
+// refusal) or the settle bound passes; it returns the last error.
+func (c *Client) settle(s *session, call func(context.Context) error) error {
+	bound := c.opts.settleFor
+	if bound <= 0 {
+		bound = defaultSettleFor
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, settleAttempt)
+		err := c.retry(actx, call)
+		acancel()
+		if !outcomeUnknown(err) || ctx.Err() != nil || s.endErr() != nil {
+			return err
+		}
+	}
+}
+
+// settleAcquire settles an Acquire whose outcome is unknown and gives back a
+// grant it made. The caller still holds the local claim on the name.
+func (c *Client) settleAcquire(s *session, req *api.AcquireRequest) {
+	err := c.settle(s, func(ctx context.Context) error {
+		_, err := c.leader().Acquire(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil: // granted after all: nobody will use it
+		c.giveBack(s, req.Name)
+	case outcomeUnknown(err):
+		c.abandon(s, fmt.Sprintf("acquire of %q", req.Name), err)
+	}
+}
+
+// giveBack releases a grant no caller holds, settling the outcome.
+func (c *Client) giveBack(s *session, name string) {
+	req := &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name}
+	call := func(ctx context.Context) error {
+		_, err := c.leader().Release(ctx, req)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleAttempt)
+	err := c.retry(ctx, call)
+	cancel()
+	if outcomeUnknown(err) {
+		err = c.settle(s, call)
+	}
+	if code := status.Code(err); err != nil && code != codes.NotFound && code != codes.FailedPrecondition {
+		c.abandon(s, fmt.Sprintf("release of %q", name), err)
+	}
+}
+
+// abandon gives up session s because a call's outcome could not be settled:
+// its leases end here at once, and it is revoked (if that fails too, the
+// server expires it within the TTL, since nothing renews it any more).
+func (c *Client) abandon(s *session, what string, err error) {
+	s.end(fmt.Errorf("%w: %w: %s could not be settled (%v); lease #%d was given up so the server ends it",
+		ErrExpired, ErrIndeterminate, what, err, s.number))
+	go c.revoke(s)
 }
 
 // acquireRequest builds an Acquire with a fresh request id (reused on retries).

@@ -37,6 +37,14 @@
 //   - Two goroutines of one Client locking the same name take turns locally;
 //     the lock is never shared.
 //   - Calls that may have acted are retried with the same request id, so a
-//     lost reply never yields a second grant.
+//     lost reply never yields a second grant. When a Lock, TryLock or Release
+//     ends (its context, or a lost reply) without a known outcome, the client
+//     keeps re-sending the same request for a few seconds, gives back a grant
+//     it made, and if it still cannot tell, gives up that lease's whole
+//     session (all its locks end) rather than leave a grant nobody holds.
+//   - TryLock never waits, also not for another caller of the same Client
+//     holding the name (LockedError.Local). A second Release returns nil.
+//   - Lease.Context's cause (context.Cause) and Do's error say why a lease
+//     ended (errors.Is(err, ErrExpired)); bad arguments match ErrInvalid.
 //   - There is no sync.Locker: a lease is not a mutex, and every call can fail.
 package client

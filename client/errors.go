@@ -23,8 +23,11 @@ var (
 	// ErrClosed: the Client was closed, which revokes its leases.
 	ErrClosed = errors.New("fence: client closed")
 	// ErrIndeterminate: the call's context ended while the server might still
-	// have acted on it. For Lock, the client already tried to undo a grant it
-	// did not hear of; for other calls, retry with a new context.
+	// have acted on it. Lock, TryLock and Release settle such an outcome
+	// themselves (they re-send the same request for a few seconds and give
+	// back a grant nobody heard of); if they cannot, they give up the whole
+	// session so the server ends it, and their error matches ErrIndeterminate
+	// and ErrExpired. For other calls, retry with a new context.
 	ErrIndeterminate = errors.New("fence: outcome unknown")
 	// ErrInvalid: the call was refused for a bad argument (by this client, or
 	// by the server: gRPC code InvalidArgument); nothing was changed.

@@ -107,6 +107,12 @@ func (l *Lease) Context() context.Context { return l.contextFrom(context.Backgro
 // if the lock was released (also by an earlier Release), or the lease's
 // error if it had already ended (then the lock was lost while held: the work
 // was only safe if fenced).
+//
+// If the server's answer does not arrive before ctx ends, Release keeps
+// asking (the same request) for a few more seconds; if it still cannot tell,
+// it gives up the lease's whole session so the server ends it, and returns
+// an error matching ErrExpired and ErrIndeterminate. Either way the lease is
+// over when Release returns, and the next Lock of the name does not wait.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	released := l.released
@@ -117,17 +123,26 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
+	c := l.s.c
 	req := &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: l.s.id, Name: l.name}
-	err := l.s.c.retry(ctx, func(ctx context.Context) error {
-		_, err := l.s.c.leader().Release(ctx, req)
+	call := func(ctx context.Context) error {
+		_, err := c.leader().Release(ctx, req)
 		return err
-	})
+	}
+	err := c.retry(ctx, call)
+	if outcomeUnknown(err) {
+		err = c.settle(l.s, call) // same request, fresh context
+	}
 	if code := status.Code(err); code == codes.NotFound || code == codes.FailedPrecondition {
 		l.s.end(fmt.Errorf("%w: the server no longer had lease #%d", ErrExpired, l.s.number))
 		return l.Err()
 	}
 	if err != nil {
-		return fmt.Errorf("fence: release %q: %w", l.name, err)
+		// Not confirmed: the lock may still be held. Give up the session so
+		// the server ends it; this lease (and its session's others) end now.
+		c.abandon(l.s, fmt.Sprintf("release of %q", l.name), err)
+		l.finish()
+		return fmt.Errorf("fence: release %q: %w", l.name, l.Err())
 	}
 	l.mu.Lock()
 	l.released = true

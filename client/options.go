@@ -23,6 +23,7 @@ type options struct {
 	dialOpts   []grpc.DialOption
 	adminToken string
 	clock      clock.Clock // lease timing: deadlines, renewals; tests inject a fake
+	settleFor  time.Duration
 }
 
 func defaults() options {

@@ -1,0 +1,138 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/client"
+)
+
+// loseFirstAcquireReply lets the first Acquire reach the server (it is
+// granted) and then hides the reply until the caller's deadline, as a
+// network that drops the answer would. With failGetLock, GetLock fails too,
+// as during a failover.
+func loseFirstAcquireReply(failGetLock bool) grpc.DialOption {
+	var once sync.Once
+	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		switch method {
+		case api.Fence_Acquire_FullMethodName:
+			lose := false
+			once.Do(func() { lose = true })
+			if lose {
+				if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				return status.FromContextError(ctx.Err()).Err()
+			}
+		case api.Fence_GetLock_FullMethodName:
+			if failGetLock {
+				return status.Error(codes.Unavailable, "injected: failover")
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+}
+
+// TestTryLockLostReplyLeavesNoGhost: TryLock's grant is made but its reply
+// is lost at the caller's deadline. The client must settle the outcome (and
+// give the grant back), not leave its session holding the lock forever.
+func TestTryLockLostReplyLeavesNoGhost(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr, client.WithDialOptions(loseFirstAcquireReply(false)))
+	if l, err := c.TryLock(ctxT(t, 300*time.Millisecond), "x"); err == nil {
+		t.Fatalf("TryLock succeeded (token %d) although its reply was lost", l.Token())
+	}
+	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatalf("after the lost TryLock, the lock is not free: %v", err)
+	}
+}
+
+// TestLockLostReplyDuringFailoverLeavesNoGhost: the same for Lock with a
+// deadline while GetLock fails (a failover): one GetLock is no undo.
+func TestLockLostReplyDuringFailoverLeavesNoGhost(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr, client.WithDialOptions(loseFirstAcquireReply(true)))
+	if l, err := c.Lock(ctxT(t, 300*time.Millisecond), "x"); err == nil {
+		t.Fatalf("Lock succeeded (token %d) although its reply was lost", l.Token())
+	}
+	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatalf("after the lost Lock, the lock is not free: %v", err)
+	}
+}
+
+// failRelease fails Release calls with UNAVAILABLE while fail says so.
+func failRelease(fail func() bool) grpc.DialOption {
+	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == api.Fence_Release_FullMethodName && fail() {
+			return status.Error(codes.Unavailable, "injected: release lost")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+}
+
+// TestReleaseFailingWithinCallerDeadlineIsSettled: Release cannot reach the
+// server before the caller's deadline, but can right after. The client
+// settles it (same request) and reports the lock released; the next Lock of
+// the name in this process does not wait for a dead local holder.
+func TestReleaseFailingWithinCallerDeadlineIsSettled(t *testing.T) {
+	ts := startServer(t)
+	relCtx := ctxT(t, 300*time.Millisecond)
+	c := dial(t, ts.addr, client.WithDialOptions(failRelease(func() bool { return relCtx.Err() == nil })))
+	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(relCtx); err != nil {
+		t.Fatalf("Release settled after the caller's deadline: %v, want nil", err)
+	}
+	if !errors.Is(l.Err(), client.ErrReleased) {
+		t.Fatalf("Err after the settled release: %v", l.Err())
+	}
+	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatalf("lock not free after the settled release: %v", err)
+	}
+}
+
+// TestReleaseNeverConfirmedEndsSession: Release never reaches the server.
+// The lease must not report itself valid, the session is given up (revoked
+// or left to expire), and the next Lock of the name in this process gets
+// the lock instead of blocking on the old local holder.
+func TestReleaseNeverConfirmedEndsSession(t *testing.T) {
+	ts := startServer(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	c := dial(t, ts.addr, client.WithTTL(2*time.Second), client.WithDialOptions(failRelease(failing.Load)), client.WithSettleFor(300*time.Millisecond))
+	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctxT(t, 200*time.Millisecond)); err == nil {
+		t.Fatal("Release that never reached the server returned nil")
+	}
+	if err := l.Err(); err == nil {
+		t.Fatal("a lease whose release failed still reports itself valid")
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done not closed after the failed release")
+	}
+	failing.Store(false)
+	l2, err := c.Lock(ctxT(t, 10*time.Second), "x")
+	if err != nil {
+		t.Fatalf("next Lock of the name after the failed release: %v", err)
+	}
+	if l2.Token() <= l.Token() || l2.LeaseNumber() == l.LeaseNumber() {
+		t.Fatalf("next grant: token %d lease #%d after token %d lease #%d", l2.Token(), l2.LeaseNumber(), l.Token(), l.LeaseNumber())
+	}
+}
