@@ -15,6 +15,11 @@
 //   - A stale write can still land before the newer holder's first write;
 //     write whole values, never deltas, so the newer write replaces it.
 //   - Never retry a refused write with the same token.
+//   - One write with a token nobody issued (1<<62, say) would raise the fence
+//     past every real token and lock the resource out for good. Set a
+//     [Limit] (TableConfig.Limit, MiddlewareConfig.Limit): a token above it
+//     is refused with an error matching [ErrTooHigh] and changes nothing.
+//     A row poisoned before the limit was set needs its fence reset by hand.
 //
 // The package is a leaf: it imports nothing from fence's server side, so any
 // service can use it with tokens from any source.
@@ -28,8 +33,18 @@ import (
 // Token is a fencing token: it only grows, one step per lock grant.
 type Token = uint64
 
-// ErrStale is matched (errors.Is) by every refusal of a stale token.
-var ErrStale = errors.New("fencing: stale token")
+// Errors of package fencing. Match them with errors.Is; the typed errors
+// (*StaleError, *TooHighError) carry the tokens.
+var (
+	// ErrStale is matched by every refusal of a stale token: a newer holder
+	// has written; stop, re-acquire, read fresh data.
+	ErrStale = errors.New("fencing: stale token")
+	// ErrTooHigh is matched by every refusal of a token above a Limit: no
+	// lock grant can have issued it. Nothing was written or recorded.
+	ErrTooHigh = errors.New("fencing: token above the limit")
+	// ErrNoRow: the guarded write found no row with that key.
+	ErrNoRow = errors.New("fencing: no such row")
+)
 
 // StaleError reports a refused write: Offered is the writer's token, Highest
 // the highest the resource had accepted. It matches ErrStale.
@@ -45,3 +60,64 @@ func (e *StaleError) Error() string {
 
 // Is makes errors.Is(err, ErrStale) true.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// TooHighError reports a token refused by a Limit: Offered is the writer's
+// token, Ceiling the highest token the resource would have accepted. It
+// matches ErrTooHigh.
+type TooHighError struct {
+	Resource string
+	Offered  Token
+	Ceiling  Token
+}
+
+func (e *TooHighError) Error() string {
+	return fmt.Sprintf("fencing: token for %s above the limit: %d > %d (no lock grant issued it; refused so it cannot lock out every real holder)", e.Resource, e.Offered, e.Ceiling)
+}
+
+// Is makes errors.Is(err, ErrTooHigh) true.
+func (e *TooHighError) Is(target error) bool { return target == ErrTooHigh }
+
+// Limit bounds the tokens a resource accepts. Without one, a single write
+// with a token no lock service issued — a bug, a typo, a forged header, say
+// 1<<62 — raises the fence past every real token, and the resource refuses
+// every real holder from then on. A token above the limit is refused with a
+// *TooHighError and changes nothing. The zero Limit accepts every token.
+//
+// Limit is the one place a token is vetted before it is compared; signed
+// tokens (planned) will be verified at the same point.
+type Limit struct {
+	// Max is the highest token accepted at all; 0 means no maximum. fence's
+	// counter grows by one per grant (of any lock), so a Max of 1<<48 lasts
+	// 89 years at 100,000 grants a second; choose one well above what your
+	// token source will reach in the data's lifetime.
+	Max Token
+	// MaxJump is how far above the highest token a resource has accepted a
+	// token may be; 0 means any. Tokens count the grants of all locks, so
+	// choose it above the number of grants that can happen between two
+	// writes of one resource. A resource that has accepted no token yet
+	// (fence 0) is bounded by Max alone.
+	MaxJump Token
+}
+
+// Ceiling returns the highest token a resource whose highest accepted token
+// is highest may accept.
+func (l Limit) Ceiling(highest Token) Token {
+	c := ^Token(0)
+	if l.Max != 0 {
+		c = l.Max
+	}
+	if l.MaxJump != 0 && highest != 0 && highest < c && c-highest > l.MaxJump {
+		c = highest + l.MaxJump
+	}
+	return c
+}
+
+// Check returns nil if a resource whose highest accepted token is highest
+// may accept token, else a *TooHighError. A TokenStore of your own calls it
+// inside its atomic Advance.
+func (l Limit) Check(resource string, highest, token Token) error {
+	if c := l.Ceiling(highest); token > c {
+		return &TooHighError{Resource: resource, Offered: token, Ceiling: c}
+	}
+	return nil
+}

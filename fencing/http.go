@@ -19,10 +19,11 @@ const (
 
 // TokenStore keeps the highest token accepted per resource key.
 type TokenStore interface {
-	// Advance records token for key if it is at least the highest so far,
-	// atomically. It returns the highest token after the call and whether
-	// token was accepted.
-	Advance(ctx context.Context, key string, token Token) (highest Token, ok bool, err error)
+	// Advance records token for key if it is at least the highest so far
+	// and limit allows it (limit.Check), atomically. It returns the highest
+	// token after the call and whether token was accepted; a token above
+	// limit changes nothing and returns an error matching ErrTooHigh.
+	Advance(ctx context.Context, key string, token Token, limit Limit) (highest Token, ok bool, err error)
 }
 
 // MiddlewareConfig configures Middleware.
@@ -32,6 +33,9 @@ type MiddlewareConfig struct {
 	// it); tokens are compared per resource. Required.
 	Resource func(*http.Request) string
 	Observer Observer // optional; refusals are reported with table "http"
+	// Limit refuses tokens far above what was issued, with 400 Bad Request
+	// (see Limit). The zero Limit accepts any token.
+	Limit Limit
 }
 
 // Middleware lets your own HTTP API refuse stale holders: every request that
@@ -66,7 +70,16 @@ func Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
 		key := cfg.Resource(r)
 		unlock := locks.lock(key)
 		defer unlock()
-		highest, ok, err := cfg.Store.Advance(r.Context(), key, token)
+		highest, ok, err := cfg.Store.Advance(r.Context(), key, token, cfg.Limit)
+		var tooHigh *TooHighError
+		if errors.As(err, &tooHigh) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(map[string]any{
+				"error":    fmt.Sprintf("fencing token %d is above the limit %d for %s: no lock grant issued it", token, tooHigh.Ceiling, key),
+				"resource": key, "offered": token, "ceiling": tooHigh.Ceiling})
+			return
+		}
 		if err != nil {
 			http.Error(w, "fencing store unavailable", http.StatusServiceUnavailable)
 			return
@@ -131,11 +144,15 @@ type MemoryStore struct {
 func NewMemoryStore() *MemoryStore { return &MemoryStore{m: map[string]Token{}} }
 
 // Advance implements TokenStore.
-func (s *MemoryStore) Advance(_ context.Context, key string, token Token) (Token, bool, error) {
+func (s *MemoryStore) Advance(_ context.Context, key string, token Token, limit Limit) (Token, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h := s.m[key]; token < h {
+	h := s.m[key]
+	if token < h {
 		return h, false, nil
+	}
+	if err := limit.Check(key, h, token); err != nil {
+		return h, false, err
 	}
 	s.m[key] = token
 	return token, true, nil
@@ -166,9 +183,9 @@ func (s *SQLStore) EnsureTable(ctx context.Context) error {
 
 // Advance implements TokenStore with one guarded update (and an insert for a
 // resource seen for the first time).
-func (s *SQLStore) Advance(ctx context.Context, key string, token Token) (Token, bool, error) {
+func (s *SQLStore) Advance(ctx context.Context, key string, token Token, limit Limit) (Token, bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		err := s.table.Update(ctx, s.db, token, key, nil)
+		err := s.table.update(ctx, sqlRunner{s.db}, token, key, nil, limit)
 		var stale *StaleError
 		switch {
 		case err == nil:
@@ -176,6 +193,9 @@ func (s *SQLStore) Advance(ctx context.Context, key string, token Token) (Token,
 		case errors.As(err, &stale):
 			return stale.Highest, false, nil
 		case !errors.Is(err, ErrNoRow):
+			return 0, false, err
+		}
+		if err := limit.Check(key, 0, token); err != nil {
 			return 0, false, err
 		}
 		q := &query{d: s.table.cfg.Dialect}

@@ -18,7 +18,9 @@ import (
 	"github.com/fencehq/fence/internal/dbtest"
 )
 
-func TestMiddleware(t *testing.T) {
+// tokenStores returns a constructor for each TokenStore: memory, and SQL on
+// each database.
+func tokenStores(t *testing.T) map[string]func(t *testing.T) fencing.TokenStore {
 	stores := map[string]func(t *testing.T) fencing.TokenStore{
 		"memory": func(*testing.T) fencing.TokenStore { return fencing.NewMemoryStore() },
 	}
@@ -35,7 +37,11 @@ func TestMiddleware(t *testing.T) {
 			return s
 		}
 	}
-	for name, newStore := range stores {
+	return stores
+}
+
+func TestMiddleware(t *testing.T) {
+	for name, newStore := range tokenStores(t) {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			var mu sync.Mutex

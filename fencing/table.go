@@ -12,9 +12,6 @@ import (
 	"sync/atomic"
 )
 
-// ErrNoRow: the guarded write found no row with that key.
-var ErrNoRow = errors.New("fencing: no such row")
-
 // Mode is how a Table treats tokens. Switch it at run time with SetMode.
 type Mode int32
 
@@ -24,7 +21,8 @@ const (
 	Enforce Mode = iota
 	// Observe: every write goes through; one that Enforce would refuse is
 	// counted (Observer) and logged with both tokens. Writes still record
-	// their token, so the fence column fills up before you enforce.
+	// their token, so the fence column fills up before you enforce; a write
+	// whose token is above the Limit goes through without recording it.
 	Observe
 	// Off: plain writes; the fence column is neither read nor written (it
 	// need not exist yet).
@@ -69,7 +67,10 @@ type TableConfig struct {
 	// FenceColumn holds the highest token that wrote the row (default "fence").
 	FenceColumn string
 	// Mode is the initial mode; the zero value is Enforce.
-	Mode     Mode
+	Mode Mode
+	// Limit refuses tokens far above what was issued (see Limit); the zero
+	// Limit accepts any token that fits the BIGINT column (< 1<<63).
+	Limit    Limit
 	Observer Observer     // optional
 	Logger   *slog.Logger // for Observe mode's reports; nil means slog.Default()
 }
@@ -190,6 +191,14 @@ func (t *Table) Update(ctx context.Context, db DB, token Token, key any, set map
 
 // UpdateVia is Update through any Runner (fencingpgx.Runner for pgx).
 func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, set map[string]any) error {
+	return t.update(ctx, r, token, key, set, t.cfg.Limit)
+}
+
+// maxBigint is the highest token a BIGINT fence column holds.
+const maxBigint = 1<<63 - 1
+
+// update is UpdateVia under limit.
+func (t *Table) update(ctx context.Context, r Runner, token Token, key any, set map[string]any, limit Limit) error {
 	keys, err := t.keyValues(key)
 	if err != nil {
 		return err
@@ -202,8 +211,11 @@ func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, s
 	if mode == Off {
 		return t.plainWrite(ctx, r, keys, cols, set)
 	}
-	if token > 1<<63-1 {
-		return fmt.Errorf("fencing: token %d does not fit a BIGINT column", token)
+	if limit.Max == 0 || limit.Max > maxBigint {
+		limit.Max = maxBigint
+	}
+	if err := limit.Check(t.cfg.Name, 0, token); err != nil {
+		return t.refuseTooHigh(ctx, r, mode, keys, cols, set, err)
 	}
 	q := &query{d: t.cfg.Dialect}
 	q.text("UPDATE ", t.name, " SET ")
@@ -213,6 +225,10 @@ func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, s
 	q.text(t.fence, " = ").arg(int64(token))
 	t.where(q, keys)
 	q.text(" AND ", t.fence, " <= ").arg(int64(token))
+	if limit.MaxJump != 0 && token > limit.MaxJump {
+		// Not far above the fence, unless no token has written the row yet.
+		q.text(" AND (", t.fence, " = 0 OR ", t.fence, " >= ").arg(int64(token - limit.MaxJump)).text(")")
+	}
 	var stored int64
 	for attempt := 0; ; attempt++ {
 		n, err := r.Exec(ctx, q.sql.String(), q.args...)
@@ -235,6 +251,9 @@ func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, s
 		if Token(stored) > token {
 			break
 		}
+		if err := limit.Check(t.cfg.Name, Token(stored), token); err != nil {
+			return t.refuseTooHigh(ctx, r, mode, keys, cols, set, err)
+		}
 		if Token(stored) == token && t.cfg.Dialect == MySQL {
 			// MySQL counts changed rows, not matched ones (the driver does not
 			// set CLIENT_FOUND_ROWS unless the DSN asks): this was an identical
@@ -256,6 +275,18 @@ func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, s
 	}
 	t.cfg.Logger.Warn("fencing (observe mode): letting through a write that enforce mode would refuse",
 		"table", t.cfg.Name, "key", keys, "offered", token, "highest", stored)
+	return t.plainWrite(ctx, r, keys, cols, set)
+}
+
+// refuseTooHigh handles a token above the limit: Enforce returns err;
+// Observe logs it and writes without recording the token, so the fence
+// column is never raised past every real token.
+func (t *Table) refuseTooHigh(ctx context.Context, r Runner, mode Mode, keys []any, cols []column, set map[string]any, err error) error {
+	if mode == Enforce {
+		return err
+	}
+	t.cfg.Logger.Warn("fencing (observe mode): letting through a write that enforce mode would refuse, without recording its token",
+		"table", t.cfg.Name, "key", keys, "error", err)
 	return t.plainWrite(ctx, r, keys, cols, set)
 }
 
