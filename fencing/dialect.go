@@ -21,6 +21,11 @@ type Dialect struct {
 	// has no FOR UPDATE and needs none: a transaction that read before a
 	// newer commit cannot write at all (SQLITE_BUSY_SNAPSHOT).
 	lockRead string
+	// nowMicros is the database's clock in microseconds since 1970, read
+	// by the ledger so that every worker's claim is timed by one clock.
+	// MySQL's is @@timestamp (the statement's start), which, unlike
+	// UNIX_TIMESTAMP(NOW(6)), does not depend on the session's time zone.
+	nowMicros string
 }
 
 // The supported databases.
@@ -28,14 +33,15 @@ var (
 	// Postgres: PostgreSQL, through database/sql (pgx's stdlib driver, lib/pq) or pgx (package fencingpgx).
 	Postgres = &Dialect{name: "postgres", placeholder: func(n int) string { return "$" + strconv.Itoa(n) }, quoteChar: `"`,
 		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2`,
-		lockRead:    " FOR UPDATE"}
+		lockRead:    " FOR UPDATE", nowMicros: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"}
 	// MySQL: MySQL and MariaDB (go-sql-driver/mysql).
 	MySQL = &Dialect{name: "mysql", placeholder: func(int) string { return "?" }, quoteChar: "`",
 		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`,
-		lockRead:    " FOR UPDATE"}
+		lockRead:    " FOR UPDATE", nowMicros: "CAST(@@timestamp * 1000000 AS SIGNED)"}
 	// SQLite (modernc.org/sqlite, mattn/go-sqlite3).
 	SQLite = &Dialect{name: "sqlite", placeholder: func(int) string { return "?" }, quoteChar: `"`,
-		columnQuery: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`}
+		columnQuery: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`,
+		nowMicros:   "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"}
 )
 
 func (d *Dialect) String() string { return d.name }

@@ -5,13 +5,45 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Ledger makes an action that cannot check a token (an SMS, a payment API
-// call) happen at most once per action key: Once first inserts a row for the
-// key into the ledger table, in the same database as your data, and runs the
-// action only if that insert created the row. A second attempt — a paused
-// holder that wakes up, a retry, a second worker — finds the row and skips.
+// call) happen at most once per action key: Once first claims the key in
+// the ledger table, in the same database as your data, and runs the action
+// only if it got the claim. A second attempt — a paused holder that wakes
+// up, a retry, a second worker — finds the claim and skips.
+//
+// Claims are fenced by token, like rows (the key's row records the token
+// that claimed it):
+//   - a claim with a lower token than the one recorded for the key is
+//     refused with a *StaleError (matches ErrStale), whatever the state:
+//     a newer holder owns the key, stop;
+//   - an equal or higher token finds "done" or "failed" and skips (ran is
+//     false, no error): the action happened, or may have;
+//   - it finds "started" and skips while the claim is younger than
+//     ReclaimAfter (its holder is still at work);
+//   - a higher token reclaims a "started" claim older than ReclaimAfter: its
+//     holder's lease has ended (a newer grant exists) and it has had longer
+//     than its action may take (Once cancels the action's context after
+//     ReclaimAfter/2), so it died between claiming and recording the outcome.
+//     The action runs again, under the new token. This is the one case in
+//     which it can happen twice: the dead holder may have performed it
+//     without living to record it. Where even that must not happen, pass
+//     the ledger key to the provider as its idempotency key, or set
+//     ReclaimAfter negative and resolve stuck claims by hand (State, Forget).
+//     A holder whose claim was reclaimed learns it when it records its
+//     outcome: Once returns ran=true with an error matching ErrStale.
+//
+// Claims are timed by the database's clock, one clock for every worker (on
+// MySQL @@timestamp: do not SET timestamp on the connections you pass).
+// On SQLite, which has one writer at a time, do not call Once while your
+// own write transaction is open: the claim would wait for it.
+//
+// Once takes a *sql.DB or *sql.Conn, never a *sql.Tx (LedgerDB): the claim
+// must be committed before the action runs. Inside a transaction that later
+// rolled back, the claim would vanish and the action run again. Record what
+// the action did in your own tables afterwards, in your own transaction.
 //
 // Which tool fits:
 //   - the write lands in a table you own: Table.Update (the row checks the token);
@@ -19,9 +51,30 @@ import (
 //   - your own HTTP API is the resource: Middleware;
 //   - a side effect outside your storage: Ledger (at most once per key; pick
 //     keys that name the effect, e.g. "sms:order-77:shipped").
+//
+// A Ledger is safe for concurrent use; set ReclaimAfter before first use.
 type Ledger struct {
+	// ReclaimAfter is how old a "started" claim must be before a higher
+	// token may reclaim it; 0 means DefaultReclaimAfter, negative never.
+	// Once gives the action a context that ends after ReclaimAfter/2.
+	ReclaimAfter time.Duration
+
 	d     *Dialect
+	name  string
 	table string // quoted
+}
+
+// DefaultReclaimAfter is a Ledger's ReclaimAfter unless set: an hour, the
+// longest lease a fence server grants by default.
+const DefaultReclaimAfter = time.Hour
+
+// LedgerDB is what Once needs: *sql.DB or *sql.Conn, each statement
+// committed on its own. *sql.Tx does not satisfy it (it cannot begin a
+// transaction), so passing one is a compile error. Do not pass a *sql.Conn
+// on which you ran BEGIN yourself.
+type LedgerDB interface {
+	DB
+	TxBeginner
 }
 
 // Ledger entry states.
@@ -37,46 +90,52 @@ func NewLedger(d *Dialect, table string) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ledger{d: d, table: q}, nil
+	return &Ledger{d: d, name: table, table: q}, nil
 }
 
-// EnsureTable creates the ledger table if it does not exist.
+// EnsureTable creates the ledger table if it does not exist, and adds the
+// started_at column to a ledger created by an earlier version (its
+// "started" claims then count as old: a higher token may reclaim them).
 func (l *Ledger) EnsureTable(ctx context.Context, db DB) error {
 	_, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+l.table+
-		" (action_key VARCHAR(255) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, state VARCHAR(16) NOT NULL, detail VARCHAR(1000))")
+		" (action_key VARCHAR(255) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, state VARCHAR(16) NOT NULL, detail VARCHAR(1000),"+
+		" started_at BIGINT NOT NULL DEFAULT 0)")
 	if err != nil {
 		return fmt.Errorf("fencing: create ledger %s: %w", l.table, err)
 	}
-	return nil
+	return addColumn(ctx, sqlRunner{db}, l.d, l.name, l.table, "started_at", l.d.quoteChar+"started_at"+l.d.quoteChar)
 }
 
-// Once runs action at most once for key. It returns ran=false, with no error,
-// when the key is already in the ledger (done, failed, or started by someone
-// else). A failed action stays recorded with its error: the side effect may
-// have happened; call Forget to allow another attempt.
-func (l *Ledger) Once(ctx context.Context, db DB, key string, token Token, action func(ctx context.Context) error) (ran bool, err error) {
+func (l *Ledger) reclaimAfter() time.Duration {
+	if l.ReclaimAfter == 0 {
+		return DefaultReclaimAfter
+	}
+	return l.ReclaimAfter
+}
+
+// Once runs action at most once for key, fenced by token (see Ledger for
+// the rules). It returns ran=false, with no error, when the key is done,
+// failed, or started and not yet reclaimable; ran=false with an error
+// matching ErrStale when a higher token has claimed the key. A failed action
+// stays recorded with its error: the side effect may have happened; call
+// Forget to allow another attempt.
+func (l *Ledger) Once(ctx context.Context, db LedgerDB, key string, token Token, action func(ctx context.Context) error) (ran bool, err error) {
 	if key == "" || len(key) > 255 {
 		return false, fmt.Errorf("fencing: ledger key must be 1–255 bytes, got %d", len(key))
 	}
-	q := &query{d: l.d}
-	switch l.d {
-	case MySQL:
-		q.text("INSERT IGNORE INTO ", l.table)
-	default:
-		q.text("INSERT INTO ", l.table)
+	if token == 0 || token > maxBigint {
+		return false, fmt.Errorf("fencing: ledger token must be 1 to 2⁶³−1, got %d", token)
 	}
-	q.text(" (action_key, token, state) VALUES (").arg(key).text(", ").arg(int64(token)).text(", ").arg(LedgerStarted).text(")")
-	if l.d != MySQL {
-		q.text(" ON CONFLICT (action_key) DO NOTHING")
-	}
-	res, err := db.ExecContext(ctx, q.sql.String(), q.args...)
-	if err != nil {
-		return false, fmt.Errorf("fencing: ledger insert %q: %w", key, err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
+	claimed, err := l.claim(ctx, db, key, token)
+	if !claimed || err != nil {
 		return false, err
 	}
-	actErr := action(ctx)
+	actCtx, cancel := ctx, context.CancelFunc(func() {})
+	if ra := l.reclaimAfter(); ra > 0 {
+		actCtx, cancel = context.WithTimeout(ctx, ra/2)
+	}
+	actErr := action(actCtx)
+	cancel()
 	state, detail := LedgerDone, ""
 	if actErr != nil {
 		state, detail = LedgerFailed, actErr.Error()
@@ -84,12 +143,79 @@ func (l *Ledger) Once(ctx context.Context, db DB, key string, token Token, actio
 			detail = detail[:1000]
 		}
 	}
+	// Record the outcome only if the claim is still ours.
 	u := &query{d: l.d}
-	u.text("UPDATE ", l.table, " SET state = ").arg(state).text(", detail = ").arg(detail).text(" WHERE action_key = ").arg(key)
-	if _, err := db.ExecContext(context.WithoutCancel(ctx), u.sql.String(), u.args...); err != nil {
+	u.text("UPDATE ", l.table, " SET state = ").arg(state).text(", detail = ").arg(detail).
+		text(" WHERE action_key = ").arg(key).text(" AND token = ").arg(int64(token)).text(" AND state = ").arg(LedgerStarted)
+	res, err := db.ExecContext(context.WithoutCancel(ctx), u.sql.String(), u.args...)
+	if err != nil {
 		return true, fmt.Errorf("fencing: ledger mark %q %s: %w (action error: %v)", key, state, err, actErr)
 	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		highest, _, _ := l.read(context.WithoutCancel(ctx), db, key)
+		return true, errors.Join(fmt.Errorf("fencing: ledger %q: the action ran, but a newer holder reclaimed the claim and may run it again: %w",
+			key, &StaleError{Resource: key, Offered: token, Highest: highest}), err, actErr)
+	}
 	return true, actErr
+}
+
+// claim takes key for token: a new row, or the reclaim of a stuck one.
+// claimed=false with a nil error means someone else's claim stands.
+func (l *Ledger) claim(ctx context.Context, db DB, key string, token Token) (claimed bool, err error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		q := &query{d: l.d}
+		q.text("INSERT INTO ", l.table, " (action_key, token, state, started_at) VALUES (").arg(key).text(", ").
+			arg(int64(token)).text(", ").arg(LedgerStarted).text(", ", l.d.nowMicros, ")")
+		if l.d == MySQL {
+			q.text(" ON DUPLICATE KEY UPDATE action_key = action_key") // 0 rows: the key exists
+		} else {
+			q.text(" ON CONFLICT (action_key) DO NOTHING")
+		}
+		if n, err := l.exec(ctx, db, key, q); err != nil || n == 1 {
+			return n == 1, err
+		}
+		if ra := l.reclaimAfter(); ra > 0 {
+			// One statement, so two reclaimers cannot both win.
+			q := &query{d: l.d}
+			q.text("UPDATE ", l.table, " SET token = ").arg(int64(token)).text(", started_at = ", l.d.nowMicros, ", detail = NULL").
+				text(" WHERE action_key = ").arg(key).text(" AND state = ").arg(LedgerStarted).
+				text(" AND token < ").arg(int64(token)).text(" AND started_at <= ", l.d.nowMicros, " - ").arg(ra.Microseconds())
+			if n, err := l.exec(ctx, db, key, q); err != nil || n == 1 {
+				return n == 1, err
+			}
+		}
+		recorded, found, err := l.read(ctx, db, key)
+		if err != nil {
+			return false, err
+		}
+		if !found {
+			continue // forgotten meanwhile: claim again
+		}
+		if recorded > token {
+			return false, &StaleError{Resource: key, Offered: token, Highest: recorded}
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("fencing: ledger %q kept changing under the claim; retry", key)
+}
+
+func (l *Ledger) exec(ctx context.Context, db DB, key string, q *query) (int64, error) {
+	res, err := db.ExecContext(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return 0, fmt.Errorf("fencing: ledger claim %q: %w", key, err)
+	}
+	return res.RowsAffected()
+}
+
+// read returns the token recorded for key.
+func (l *Ledger) read(ctx context.Context, db DB, key string) (Token, bool, error) {
+	q := &query{d: l.d}
+	q.text("SELECT token FROM ", l.table, " WHERE action_key = ").arg(key)
+	v, found, err := sqlRunner{db}.QueryInt64(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return 0, false, fmt.Errorf("fencing: ledger read %q: %w", key, err)
+	}
+	return Token(v), found, nil
 }
 
 // State returns the ledger state of key ("" if absent).

@@ -436,27 +436,33 @@ func (t *Table) EnsureColumn(ctx context.Context, db DB) error {
 
 // EnsureColumnVia is EnsureColumn through any Runner.
 func (t *Table) EnsureColumnVia(ctx context.Context, r Runner) error {
-	tableName := t.cfg.Name
+	return addColumn(ctx, r, t.cfg.Dialect, t.cfg.Name, t.name, t.cfg.FenceColumn, t.fence)
+}
+
+// addColumn adds column (BIGINT NOT NULL DEFAULT 0) to table if it lacks it;
+// quotedTable and quotedColumn are their quoted forms.
+func addColumn(ctx context.Context, r Runner, d *Dialect, table, quotedTable, column, quotedColumn string) error {
+	tableName := table
 	if i := strings.LastIndexByte(tableName, '.'); i >= 0 {
 		tableName = tableName[i+1:]
 	}
 	has := func() (bool, error) {
-		n, _, err := r.QueryInt64(ctx, t.cfg.Dialect.columnQuery, tableName, t.cfg.FenceColumn)
+		n, _, err := r.QueryInt64(ctx, d.columnQuery, tableName, column)
 		return n > 0, err
 	}
 	ok, err := has()
 	if err != nil {
-		return fmt.Errorf("fencing: look for %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
+		return fmt.Errorf("fencing: look for %s.%s: %w", table, column, err)
 	}
 	if ok {
 		return nil
 	}
-	_, err = r.Exec(ctx, "ALTER TABLE "+t.name+" ADD COLUMN "+t.fence+" BIGINT NOT NULL DEFAULT 0")
+	_, err = r.Exec(ctx, "ALTER TABLE "+quotedTable+" ADD COLUMN "+quotedColumn+" BIGINT NOT NULL DEFAULT 0")
 	if err != nil {
 		if ok, herr := has(); herr == nil && ok { // someone else added it meanwhile
 			return nil
 		}
-		return fmt.Errorf("fencing: add %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
+		return fmt.Errorf("fencing: add %s.%s: %w", table, column, err)
 	}
 	return nil
 }
