@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/clock"
 )
 
 func newRun(g *globals) *cobra.Command {
@@ -105,7 +106,7 @@ func runLocked(cmd *cobra.Command, g *globals, name string, argv []string, wait,
 
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Env = append(os.Environ(), "FENCE_LOCK="+name, "FENCE_TOKEN="+strconv.FormatUint(lease.Token(), 10),
-		"FENCE_TTL="+time.Until(lease.Deadline()).Round(time.Second).String())
+		"FENCE_TTL="+clock.Until(clock.Real{}, lease.Deadline()).Round(time.Second).String())
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := child.Start(); err != nil {
@@ -120,33 +121,66 @@ func runLocked(cmd *cobra.Command, g *globals, name string, argv []string, wait,
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	check := time.NewTicker(20 * time.Millisecond) // Err checks the deadline itself, even right after a pause
+	w := &watch{clk: clock.Real{}, lease: lease, name: name, prog: argv[0], grace: grace,
+		signalGroup: signalGroup, exited: exited, sigs: sigs, logf: logf}
+	return w.run(ctx)
+}
+
+// heldLease is what fence run watches: a *client.Lease.
+type heldLease interface {
+	Done() <-chan struct{}
+	Err() error
+	Jeopardy() error
+	Deadline() time.Time
+	Release(context.Context) error
+}
+
+// watch supervises the command while the lease holds.
+type watch struct {
+	clk         clock.Clock // the clock the client times the lease on (Real: CLOCK_BOOTTIME)
+	lease       heldLease
+	name, prog  string
+	grace       time.Duration
+	signalGroup func(syscall.Signal)
+	exited      <-chan error // the command's Wait
+	sigs        <-chan os.Signal
+	logf        func(string, ...any)
+}
+
+// run waits for the command to finish, forwards signals to it, sends SIGTERM
+// when renewals fail and only grace is left before the lease deadline, and
+// SIGKILL once the lease is over. It checks Err every 20ms itself (Err
+// compares the deadline with the clock), so after a pause or a host suspend
+// it kills at once, before any lease timer has run.
+func (w *watch) run(ctx context.Context) error {
+	lease, name, prog := w.lease, w.name, w.prog
+	check := w.clk.NewTicker(20 * time.Millisecond)
 	defer check.Stop()
 	termSent := false
 	for {
 		select {
-		case err := <-exited:
+		case err := <-w.exited:
 			if termSent {
-				return &exitError{ExitLeaseLost, fmt.Errorf("stopped %s: lease on %q was being lost (%v)", argv[0], name, lease.Jeopardy())}
+				return &exitError{ExitLeaseLost, fmt.Errorf("stopped %s: lease on %q was being lost (%v)", prog, name, lease.Jeopardy())}
 			}
 			if lerr := lease.Err(); lerr != nil {
-				logf("warning: the lease on %q ended while %s ran: %v", name, argv[0], lerr)
+				w.logf("warning: the lease on %q ended while %s ran: %v", name, prog, lerr)
 			} else if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil {
-				logf("release %q: %v", name, rerr)
+				w.logf("release %q: %v", name, rerr)
 			}
 			return childExit(err)
-		case sig := <-sigs:
-			signalGroup(sig.(syscall.Signal))
+		case sig := <-w.sigs:
+			w.signalGroup(sig.(syscall.Signal))
 		case <-lease.Done():
-			return killForLoss(lease, name, argv[0], signalGroup, exited, logf)
-		case <-check.C:
+			return killForLoss(lease, name, prog, w.signalGroup, w.exited, w.logf)
+		case <-check.C():
 			if lease.Err() != nil {
-				return killForLoss(lease, name, argv[0], signalGroup, exited, logf)
+				return killForLoss(lease, name, prog, w.signalGroup, w.exited, w.logf)
 			}
-			if !termSent && lease.Jeopardy() != nil && time.Until(lease.Deadline()) <= grace {
-				logf("renewals failing (%v); sending SIGTERM to %s, SIGKILL at the lease deadline in %v",
-					lease.Jeopardy(), argv[0], time.Until(lease.Deadline()).Round(time.Millisecond))
-				signalGroup(syscall.SIGTERM)
+			if left := clock.Until(w.clk, lease.Deadline()); !termSent && lease.Jeopardy() != nil && left <= w.grace {
+				w.logf("renewals failing (%v); sending SIGTERM to %s, SIGKILL at the lease deadline in %v",
+					lease.Jeopardy(), prog, left.Round(time.Millisecond))
+				w.signalGroup(syscall.SIGTERM)
 				termSent = true
 			}
 		}
@@ -154,7 +188,7 @@ func runLocked(cmd *cobra.Command, g *globals, name string, argv []string, wait,
 }
 
 // killForLoss kills the command's group at once: the lease is over.
-func killForLoss(lease *client.Lease, name, prog string, signalGroup func(syscall.Signal), exited <-chan error, logf func(string, ...any)) error {
+func killForLoss(lease heldLease, name, prog string, signalGroup func(syscall.Signal), exited <-chan error, logf func(string, ...any)) error {
 	select {
 	case err := <-exited: // it had already finished
 		if lease.Err() != nil {
