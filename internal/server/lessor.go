@@ -39,8 +39,9 @@ import (
 type lessor struct {
 	clock   clock.Clock
 	tick    time.Duration
-	propose func(context.Context, fsm.Command) (fsm.Result, error)
+	propose func(context.Context, []fsm.Command) []proposalResult
 	log     *slog.Logger
+	duties  chan struct{} // a slot: one batch of Expire/GrantNext in flight at a time
 
 	mu       sync.Mutex
 	active   bool                     // guarded by mu
@@ -65,8 +66,8 @@ func (ls *lessor) takeoverSlack() time.Duration { return 2 * ls.maxTickElapsed()
 // starved) logs less time than passed, never more, so leases only get longer.
 func (ls *lessor) maxTickElapsed() time.Duration { return 2 * ls.tick }
 
-func newLessor(c clock.Clock, tick time.Duration, propose func(context.Context, fsm.Command) (fsm.Result, error), log *slog.Logger) *lessor {
-	return &lessor{clock: c, tick: tick, propose: propose, log: log,
+func newLessor(c clock.Clock, tick time.Duration, propose func(context.Context, []fsm.Command) []proposalResult, log *slog.Logger) *lessor {
+	return &lessor{clock: c, tick: tick, propose: propose, log: log, duties: make(chan struct{}, 1),
 		leases: map[fsm.LeaseID]*tracked{}, delays: map[string]delay{}}
 }
 
@@ -169,58 +170,82 @@ func (ls *lessor) run(ctx context.Context) {
 	}
 }
 
-// step proposes this tick's commands and waits for their outcome, so ticks
-// are committed one at a time (takeoverSlack depends on it).
+// step proposes this tick's Tick and waits for raft's verdict on it, never
+// for a timer: ticks commit one at a time (takeoverSlack counts on it; a
+// tick whose outcome is unknown could commit after the next one). The
+// tick's duties (Expire, GrantNext) go to raft as one batch in the
+// background, one batch in flight at a time, so a slow batch (slow commits,
+// an expiry storm) delays the next duties but never the logical clock.
 func (ls *lessor) step(ctx context.Context) {
-	cmds := ls.due()
-	if len(cmds) == 0 {
-		return
+	free := false
+	select {
+	case ls.duties <- struct{}{}:
+		free = true
+	default: // the last duties are still committing: leave this tick's for later
 	}
-	var wg sync.WaitGroup
-	for _, c := range cmds {
-		wg.Add(1)
+	tick, duties := ls.due(free)
+	if free && len(duties) == 0 {
+		<-ls.duties
+	}
+	if len(duties) > 0 {
 		go func() {
-			defer wg.Done()
-			pctx := ctx
-			if c.Kind != fsm.KindTick {
-				// A tick waits for raft's verdict (commit or lost leadership),
-				// never for a timer: a tick whose outcome is unknown could commit
-				// after the next one, and takeoverSlack counts on one at a time.
-				var cancel context.CancelFunc
-				pctx, cancel = context.WithTimeout(ctx, 10*ls.tick+time.Second)
-				defer cancel()
-			}
-			res, err := ls.propose(pctx, c)
-			switch {
-			case err != nil:
-				ls.log.Warn("leader duty not committed; will retry", "cmd", c.Kind.String(), "err", err)
-				if c.Kind == fsm.KindGrantNext {
-					ls.retryDelay(c.Name, c.Token)
-				}
-			case c.Kind == fsm.KindExpire && res.Code == fsm.OK:
-				ls.log.Info("lease expired", "lease", res.LeaseNumber, "released", res.Released)
-			}
+			defer func() { <-ls.duties }()
+			ls.perform(ctx, duties)
 		}()
 	}
-	wg.Wait()
+	if tick != nil {
+		if out := ls.propose(ctx, []fsm.Command{*tick})[0]; out.err != nil {
+			ls.log.Warn("tick not committed", "err", out.err)
+		}
+	}
 }
 
-// due collects this tick's commands.
-func (ls *lessor) due() []fsm.Command {
+// perform proposes a batch of duties and logs or re-schedules the outcomes.
+// Expires that do not commit are looked at again a tick later (due
+// re-schedules them); a GrantNext is re-scheduled here.
+func (ls *lessor) perform(ctx context.Context, cmds []fsm.Command) {
+	pctx, cancel := context.WithTimeout(ctx, 10*ls.tick+time.Second)
+	defer cancel()
+	expired := 0
+	for i, out := range ls.propose(pctx, cmds) {
+		c := cmds[i]
+		switch {
+		case out.err != nil:
+			ls.log.Warn("leader duty not committed; will retry", "cmd", c.Kind.String(), "err", out.err)
+			if c.Kind == fsm.KindGrantNext {
+				ls.retryDelay(c.Name, c.Token)
+			}
+		case c.Kind == fsm.KindExpire && out.res.Code == fsm.OK:
+			expired++
+			if expired <= 100 { // an expiry storm logs a count, not a line per lease
+				ls.log.Info("lease expired", "lease", out.res.LeaseNumber, "released", out.res.Released)
+			}
+		}
+	}
+	if expired > 100 {
+		ls.log.Info("leases expired", "count", expired)
+	}
+}
+
+// due collects this tick's commands: the Tick (nil when nothing needs the
+// clock) and, if withDuties, the Expire and GrantNext commands that are due.
+func (ls *lessor) due(withDuties bool) (tick *fsm.Command, cmds []fsm.Command) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if !ls.active {
-		return nil
+		return nil, nil
 	}
 	now := ls.clock.Now()
-	var cmds []fsm.Command
 	if len(ls.leases) > 0 || len(ls.delays) > 0 {
 		elapsed := min(now.Sub(ls.lastTick), ls.maxTickElapsed())
 		if elapsed > 0 {
-			cmds = append(cmds, fsm.Command{Kind: fsm.KindTick, Elapsed: elapsed})
+			tick = &fsm.Command{Kind: fsm.KindTick, Elapsed: elapsed}
 		}
 	}
 	ls.lastTick = now
+	if !withDuties {
+		return tick, nil
+	}
 	for len(ls.expiry) > 0 && !ls.expiry[0].at.After(now) {
 		e := heap.Pop(&ls.expiry).(heapEntry)
 		t := ls.leases[e.id]
@@ -240,7 +265,7 @@ func (ls *lessor) due() []fsm.Command {
 			cmds = append(cmds, fsm.Command{Kind: fsm.KindGrantNext, Name: name, Token: d.token})
 		}
 	}
-	return cmds
+	return tick, cmds
 }
 
 func (ls *lessor) retryDelay(name string, token uint64) {

@@ -22,7 +22,7 @@ func applyAll(t *testing.T, s *fsm.State, cmds ...fsm.Command) {
 func tick(d time.Duration) fsm.Command { return fsm.Command{Kind: fsm.KindTick, Elapsed: d} }
 
 func newTestLessor(c *clocktest.Fake) *lessor {
-	noop := func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, nil }
+	noop := func(_ context.Context, cmds []fsm.Command) []proposalResult { return make([]proposalResult, len(cmds)) }
 	return newLessor(c, 100*time.Millisecond, noop, testLogger())
 }
 
@@ -83,20 +83,83 @@ func TestDueCommands(t *testing.T) {
 	c.Advance(900 * time.Millisecond)
 	ls.event(&fsm.Event{Kind: fsm.LeaseRenewed, Lease: b, TTL: time.Second, Renewals: 1}) // b renewed at 0.9s
 	c.Advance(200 * time.Millisecond)                                                     // 1.1s: a is due, b is not
-	cmds := ls.due()
-	if len(cmds) != 2 || cmds[0].Kind != fsm.KindTick || cmds[0].Elapsed != 200*time.Millisecond { // capped at 2 ticks
-		t.Fatalf("want a capped tick then one expire, got %+v", cmds)
+	tk, cmds := ls.due(true)
+	if tk == nil || tk.Elapsed != 200*time.Millisecond { // capped at 2 ticks
+		t.Fatalf("want a capped tick of 200ms, got %+v", tk)
 	}
-	if e := cmds[1]; e.Kind != fsm.KindExpire || e.Lease != a || e.Renewals != 1 {
-		t.Fatalf("expire: %+v", e)
+	if len(cmds) != 1 || cmds[0].Kind != fsm.KindExpire || cmds[0].Lease != a || cmds[0].Renewals != 1 {
+		t.Fatalf("want one expire of a with 1 renewal, got %+v", cmds)
 	}
 	c.Advance(50 * time.Millisecond)
-	if cmds := ls.due(); len(cmds) != 1 || cmds[0].Kind != fsm.KindTick || cmds[0].Elapsed != 50*time.Millisecond {
-		t.Fatalf("before the retry is due: %+v", cmds)
+	if tk, cmds := ls.due(true); tk == nil || tk.Elapsed != 50*time.Millisecond || len(cmds) != 0 {
+		t.Fatalf("before the retry is due: %+v %+v", tk, cmds)
+	}
+	c.Advance(100 * time.Millisecond)
+	if _, cmds := ls.due(false); len(cmds) != 0 {
+		t.Fatalf("duties while the last ones are in flight: %+v", cmds)
+	}
+	if _, cmds := ls.due(true); len(cmds) != 1 || cmds[0].Lease != a {
+		t.Fatalf("the expire is not retried after a tick: %+v", cmds)
 	}
 	ls.deactivate()
-	if cmds := ls.due(); cmds != nil {
-		t.Fatalf("a node that is not leading proposed %+v", cmds)
+	if tk, cmds := ls.due(true); tk != nil || cmds != nil {
+		t.Fatalf("a node that is not leading proposed %+v %+v", tk, cmds)
+	}
+}
+
+// TestSlowDutiesDoNotSlowTheClock: an expiry storm whose commits stall
+// (a slow disk, a loaded leader) must not hold the logical clock back.
+// Before, a tick waited for its tick's Expire proposals (up to 10 ticks + 1 s),
+// so the logical clock advanced 200 ms per such wait and property (c) of
+// docs/design.md grew with commit latency. It also proposes the storm as
+// one batch, not one goroutine per lease.
+func TestSlowDutiesDoNotSlowTheClock(t *testing.T) {
+	s := fsm.New()
+	const storm = 5000
+	for i := range storm {
+		var id fsm.LeaseID
+		binary.LittleEndian.PutUint64(id[:], uint64(i)+1)
+		applyAll(t, s, fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID(id), Lease: id, TTL: time.Second})
+	}
+	c := clocktest.New()
+	release := make(chan struct{}) // the duties' commit, held back until the test lets it go
+	var (
+		ticks   = make(chan time.Duration, 100)
+		batches = make(chan int, 10)
+	)
+	propose := func(ctx context.Context, cmds []fsm.Command) []proposalResult {
+		if cmds[0].Kind == fsm.KindTick {
+			ticks <- cmds[0].Elapsed
+			return make([]proposalResult, len(cmds))
+		}
+		batches <- len(cmds)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return make([]proposalResult, len(cmds))
+	}
+	ls := newLessor(c, 100*time.Millisecond, propose, testLogger())
+	ls.activate(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.Advance(time.Second) // every lease is due
+	var logged time.Duration
+	for range 20 { // 2 s of ticks while the storm's commit stalls
+		ls.step(ctx)
+		logged += <-ticks
+		c.Advance(100 * time.Millisecond)
+	}
+	close(release)
+	if got := <-batches; got != storm {
+		t.Fatalf("the storm went to raft as a batch of %d, want all %d at once", got, storm)
+	}
+	if len(batches) != 0 {
+		t.Fatalf("%d more duty batches while the first was in flight", len(batches))
+	}
+	// 20 ticks 100 ms apart, the first 200 ms after the 1 s advance: 2.1 s logged.
+	if logged != 2100*time.Millisecond {
+		t.Fatalf("logical clock advanced %v over 20 ticks (2.1 s) while the duties stalled", logged)
 	}
 }
 

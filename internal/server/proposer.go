@@ -70,20 +70,40 @@ func newProposer(r *raft.Raft, maxBatch int, m *metrics.Server) *proposer {
 // after the command was handed to raft yields errIndeterminate: it may
 // still commit.
 func (p *proposer) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	pr := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
-	select {
-	case p.in <- pr:
-	case <-ctx.Done():
-		return fsm.Result{}, ctx.Err()
-	case <-p.stop:
-		return fsm.Result{}, errNotLeader
+	out := p.proposeAll(ctx, []fsm.Command{cmd})[0]
+	return out.res, out.err
+}
+
+// proposeAll commits cmds (they share raft entries, maxBatch a piece) and
+// returns their outcomes in order, without a goroutine per command: a
+// leader's duties of one tick (an expiry storm of many leases) go this way.
+func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposalResult {
+	out := make([]proposalResult, len(cmds))
+	prs := make([]*proposal, 0, len(cmds))
+	for i := range cmds {
+		pr := &proposal{cmd: cmds[i], done: make(chan proposalResult, 1)}
+		select {
+		case p.in <- pr:
+			prs = append(prs, pr)
+			continue
+		case <-ctx.Done():
+			out[i].err = ctx.Err()
+		case <-p.stop:
+			out[i].err = errNotLeader
+		}
+		for j := i + 1; j < len(cmds); j++ { // never handed to raft
+			out[j].err = out[i].err
+		}
+		break
 	}
-	select {
-	case out := <-pr.done:
-		return out.res, out.err
-	case <-ctx.Done():
-		return fsm.Result{}, fmt.Errorf("%w (%v)", errIndeterminate, ctx.Err())
+	for i, pr := range prs {
+		select {
+		case out[i] = <-pr.done:
+		case <-ctx.Done():
+			out[i].err = fmt.Errorf("%w (%v)", errIndeterminate, ctx.Err())
+		}
 	}
+	return out
 }
 
 func (p *proposer) run() {

@@ -162,7 +162,7 @@ func (s *Server) open() error {
 	}
 
 	s.proposer = newProposer(s.raft, cfg.MaxBatch, s.metrics)
-	s.lessor = newLessor(cfg.Clock, cfg.TickInterval, s.proposer.propose, s.log)
+	s.lessor = newLessor(cfg.Clock, cfg.TickInterval, s.proposer.proposeAll, s.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.wg.Add(2)
