@@ -149,52 +149,66 @@ func TestLockWaitsInOrderAndSameClientTakesTurns(t *testing.T) {
 	}
 }
 
-func TestRenewalKeepsLeasePastTTL(t *testing.T) {
-	ts := startServer(t)
-	c := dial(t, ts.addr, client.WithTTL(300*time.Millisecond))
-	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := l.Deadline()
-	time.Sleep(time.Second) // more than three TTLs: only renewals can keep it
-	if err := l.Err(); err != nil {
-		t.Fatalf("lease lost while renewing: %v", err)
-	}
-	if !l.Deadline().After(before) {
-		t.Fatal("deadline did not move with renewals")
+// waitFor waits until cond holds: for goroutines of the client to act on a
+// fake-clock step (no time bound; the test's own deadline catches a hang).
+func waitFor(cond func() bool) {
+	for !cond() {
+		time.Sleep(time.Millisecond)
 	}
 }
 
-func TestLostContactEndsLeaseAtDeadline(t *testing.T) {
+// TestRenewalKeepsLeasePastTTL: on the fake clock, each TTL/3 step sends a
+// renewal; the deadline moves to the time it was sent + TTL − margin, and
+// the lease outlives two TTLs.
+func TestRenewalKeepsLeasePastTTL(t *testing.T) {
 	ts := startServer(t)
-	c := dial(t, ts.addr, client.WithTTL(600*time.Millisecond))
+	clk := clocktest.New()
+	c := dial(t, ts.addr, client.WithClock(clk), client.WithTTL(3*time.Second))
 	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := l.Deadline()
+	first := l.Deadline()
+	for i := 0; i < 6; i++ { // 6 × TTL/3: only renewals can keep it
+		before := l.Deadline()
+		clk.Advance(time.Second)
+		waitFor(func() bool { return l.Deadline().After(before) })
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost while renewing: %v", err)
+	}
+	if moved := l.Deadline().Sub(first); moved != 6*time.Second {
+		t.Fatalf("deadline moved %v over six renewals one second apart, want 6s", moved)
+	}
+}
+
+// TestLostContactEndsLeaseAtDeadline: the server goes away; the failing
+// renewal puts the lease in jeopardy, and at the deadline (fake clock) it
+// ends with ErrLostContact — not before.
+func TestLostContactEndsLeaseAtDeadline(t *testing.T) {
+	ts := startServer(t)
+	clk := clocktest.New()
+	c := dial(t, ts.addr, client.WithClock(clk), client.WithTTL(3*time.Second))
+	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := l.Deadline().Sub(clk.Now()); left != 2700*time.Millisecond {
+		t.Fatalf("deadline %v ahead, want 2.7s (TTL − TTL/10)", left)
+	}
 	ts.stop()
-	sawJeopardy := false
-	for l.Err() == nil {
-		sawJeopardy = sawJeopardy || l.Jeopardy() != nil
-		time.Sleep(5 * time.Millisecond)
+	clk.Advance(time.Second) // the renewal is due, and fails
+	waitFor(func() bool { return l.Jeopardy() != nil })
+	clk.Advance(1699 * time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("ended 1ms before its deadline: %v", err)
+	}
+	clk.Advance(time.Millisecond)
+	if err := l.Err(); !errors.Is(err, client.ErrExpired) || !errors.Is(err, client.ErrLostContact) {
+		t.Fatalf("Err at the deadline: %v", err)
 	}
 	<-l.Done()
-	if !errors.Is(l.Err(), client.ErrExpired) || !errors.Is(l.Err(), client.ErrLostContact) {
-		t.Fatalf("Err: %v", l.Err())
-	}
-	if !sawJeopardy {
-		t.Error("no jeopardy before the deadline")
-	}
-	if now := time.Now(); now.Before(l.Deadline()) || l.Deadline().Before(deadline) {
-		t.Fatalf("ended before its deadline: now %v deadline %v", now, l.Deadline())
-	}
-	select {
-	case <-l.Context().Done():
-	default:
-		t.Fatal("Context not done")
-	}
+	<-l.Context().Done()
 }
 
 // TestDroppedReplyYieldsOneGrant drops the reply of the first Acquire after

@@ -199,8 +199,8 @@ func (s *session) renew(ctx context.Context) {
 				s.end(fmt.Errorf("%w: the server ended lease #%d (it expired, or an admin revoked it)", ErrExpired, s.number))
 				return
 			}
+			wake.Reset(clock.Until(s.clk, sent.Add(interval))) // first: a test that sees the new deadline may move the clock
 			s.renewed(sent, r.GetTtl().AsDuration())
-			wake.Reset(clock.Until(s.clk, sent.Add(interval)))
 		case err := <-rs.errs:
 			if errors.Is(err, io.EOF) {
 				err = errors.New("renewal stream closed by the server")
