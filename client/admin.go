@@ -72,19 +72,33 @@ func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
 	}
 }
 
-// ForceRelease is for operators: it revokes the lease holding name, which
-// releases every lock of that lease. Its holder learns at its next renewal
-// (its Done closes with ErrExpired). The server logs reason.
+// ForceRelease is for operators: it ends the current grant of name (and only
+// that lock: the holder's lease and its other locks live on) and hands the
+// lock to the next waiter. The holder learns at its next renewal: that
+// Lease's Done closes with ErrRevoked. The grant is named by its token, read
+// first, so a retried or late call never ends a later holder's grant; a lock
+// that is not held is an error matching ErrNotHeld. The server logs reason.
 func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked LockInfo, released []string, err error) {
-	var resp *api.ForceReleaseResponse
-	err = c.admin(ctx, fmt.Sprintf("force-release %q", name), func(ctx context.Context) (err error) {
-		resp, err = c.leader().ForceRelease(ctx, &api.ForceReleaseRequest{Name: name, Reason: reason})
-		return err
-	})
+	info, err := c.Status(ctx, name)
 	if err != nil {
 		return LockInfo{}, nil, err
 	}
-	return LockInfo{Name: name, HolderLease: resp.GetRevokedLease(), HolderOwner: resp.GetRevokedOwner()}, resp.GetReleased(), nil
+	if !info.Held() {
+		return LockInfo{}, nil, fmt.Errorf("%w: lock %q is not held; nothing to release", ErrNotHeld, name)
+	}
+	req := &api.ForceReleaseRequest{RequestId: newRequestID(), Name: name, Token: info.Token, Reason: reason}
+	var resp *api.ForceReleaseResponse
+	err = c.admin(ctx, fmt.Sprintf("force-release %q", name), func(ctx context.Context) (err error) {
+		resp, err = c.leader().ForceRelease(ctx, req)
+		return err
+	})
+	if status.Code(err) == codes.FailedPrecondition {
+		return LockInfo{}, nil, fmt.Errorf("%w: the grant of %q with token %d ended meanwhile (%v)", ErrNotHeld, name, info.Token, status.Convert(err).Message())
+	}
+	if err != nil {
+		return LockInfo{}, nil, err
+	}
+	return LockInfo{Name: name, HolderLease: resp.GetRevokedLease(), HolderOwner: resp.GetRevokedOwner(), Token: info.Token}, resp.GetReleased(), nil
 }
 
 // Detached is a lock held under a lease of its own that nobody renews: it
@@ -114,7 +128,7 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
-	acq := acquireRequest(lease.LeaseId, name, wait, &o)
+	acq := acquireRequest(lease.LeaseId, 1, name, wait, &o) // the lease's only call
 	var resp *api.AcquireResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = c.leader().Acquire(ctx, acq)
@@ -142,15 +156,17 @@ func (c *Client) UnlockDetached(ctx context.Context, secret string) error {
 		return fmt.Errorf("fence: %q is not a lease secret (32 hex digits, as printed by fence lock)", secret)
 	}
 	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: id}
-	err = c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.leader().Revoke(ctx, req)
+	var resp *api.RevokeResponse
+	err = c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.leader().Revoke(ctx, req)
 		return err
 	})
-	if status.Code(err) == codes.NotFound {
-		return fmt.Errorf("%w: the lease had already ended before unlock", ErrExpired)
-	}
 	if err != nil {
 		return fmt.Errorf("fence: unlock: %w", err)
+	}
+	// Revoke is idempotent: a lease that had ended releases nothing.
+	if len(resp.GetReleased()) == 0 {
+		return fmt.Errorf("%w: the lease had already ended before unlock", ErrExpired)
 	}
 	return nil
 }

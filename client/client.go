@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,14 +292,17 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 			}
 			return nil, err
 		}
-		req := acquireRequest(s.id, name, wait, o)
+		req := acquireRequest(s.id, s.calls.begin(), name, wait, o)
 		var resp *api.AcquireResponse
-		// Retries reuse the request id: a grant whose reply was lost comes back
-		// as the same grant, never a second one.
+		// Retries reuse the request id and number: a grant whose reply was
+		// lost comes back as the same grant, never a second one.
 		err = c.retry(ctx, func(ctx context.Context) (err error) {
-			resp, err = c.leader().Acquire(ctx, req)
+			resp, err = s.acquire(ctx, req)
 			return err
 		})
+		if !outcomeUnknown(err) {
+			s.calls.answered(req.Seq)
+		}
 		if err == nil {
 			granted(resp.Token)
 			return newLease(s, name, resp.Token, unclaim), nil
@@ -314,6 +318,8 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 			continue
 		case st.Code() == codes.NotFound:
 			continue
+		case st.Code() == codes.Aborted && !hasLockHeld(st) && ctx.Err() == nil:
+			continue // the server ended this wait (it stopped, say): wait again with a new call
 		case st.Code() == codes.Aborted:
 			return nil, lockedError(name, st)
 		case ctx.Err() != nil:
@@ -374,9 +380,12 @@ func (c *Client) settle(s *session, call func(context.Context) error) error {
 // grant it made. The caller still holds the local claim on the name.
 func (c *Client) settleAcquire(s *session, req *api.AcquireRequest) {
 	err := c.settle(s, func(ctx context.Context) error {
-		_, err := c.leader().Acquire(ctx, req)
+		_, err := s.acquire(ctx, req)
 		return err
 	})
+	if !outcomeUnknown(err) {
+		s.calls.answered(req.Seq)
+	}
 	switch {
 	case err == nil: // granted after all: nobody will use it
 		c.giveBack(s, req.Name)
@@ -387,16 +396,16 @@ func (c *Client) settleAcquire(s *session, req *api.AcquireRequest) {
 
 // giveBack releases a grant no caller holds, settling the outcome.
 func (c *Client) giveBack(s *session, name string) {
-	req := &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name}
-	call := func(ctx context.Context) error {
-		_, err := c.leader().Release(ctx, req)
-		return err
-	}
+	req := s.releaseRequest(name)
+	call := func(ctx context.Context) error { return s.release(ctx, req) }
 	ctx, cancel := context.WithTimeout(context.Background(), settleAttempt)
 	err := c.retry(ctx, call)
 	cancel()
 	if outcomeUnknown(err) {
 		err = c.settle(s, call)
+	}
+	if !outcomeUnknown(err) {
+		s.calls.answered(req.Seq)
 	}
 	if code := status.Code(err); err != nil && code != codes.NotFound && code != codes.FailedPrecondition {
 		c.abandon(s, fmt.Sprintf("release of %q", name), err)
@@ -412,13 +421,20 @@ func (c *Client) abandon(s *session, what string, err error) {
 	go c.revoke(s)
 }
 
-// acquireRequest builds an Acquire with a fresh request id (reused on retries).
-func acquireRequest(lease []byte, name string, wait bool, o *options) *api.AcquireRequest {
-	req := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease, Name: name, Wait: wait}
+// acquireRequest builds an Acquire numbered seq in its lease, with a fresh
+// request id (both reused on retries).
+func acquireRequest(lease []byte, seq uint64, name string, wait bool, o *options) *api.AcquireRequest {
+	req := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease, Seq: seq, Name: name, Wait: wait}
 	if o.lockDelay != nil {
 		req.LockDelay = durationpb.New(*o.lockDelay)
 	}
 	return req
+}
+
+// hasLockHeld reports whether st carries a LockHeld detail (a refusal
+// because the lock is taken, rather than a wait the server ended).
+func hasLockHeld(st *status.Status) bool {
+	return slices.ContainsFunc(st.Details(), func(d any) bool { _, ok := d.(*api.LockHeld); return ok })
 }
 
 func lockedError(name string, st *status.Status) error {

@@ -29,6 +29,13 @@ var (
 	// session so the server ends it, and their error matches ErrIndeterminate
 	// and ErrExpired. For other calls, retry with a new context.
 	ErrIndeterminate = errors.New("fence: outcome unknown")
+	// ErrRevoked: an admin force-released this lock (fence release --force):
+	// another holder may have it now. Only that Lease ends; the Client's other
+	// locks live on. A kind of ending like ErrExpired: stop the work.
+	ErrRevoked = errors.New("fence: lock force-released by an admin")
+	// ErrNotHeld: ForceRelease found the lock not held (or its grant ended
+	// meanwhile); nothing was released.
+	ErrNotHeld = errors.New("fence: lock not held")
 	// ErrInvalid: the call was refused for a bad argument (by this client, or
 	// by the server: gRPC code InvalidArgument); nothing was changed.
 	ErrInvalid = errors.New("fence: invalid argument")

@@ -8,8 +8,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/fencehq/fence/api"
 )
 
 // Lease is a granted lock: the right to act as its only holder until Done
@@ -26,13 +24,15 @@ type Lease struct {
 	unclaim func()
 
 	mu       sync.Mutex
-	released bool
+	released bool  // guarded by mu
+	revoked  error // guarded by mu; why an admin ended this grant alone
 	done     chan struct{}
 	once     sync.Once
 }
 
 func newLease(s *session, name string, token uint64, unclaim func()) *Lease {
 	l := &Lease{s: s, name: name, token: token, unclaim: unclaim, done: make(chan struct{})}
+	s.track(l)
 	go func() {
 		select {
 		case <-s.ended:
@@ -45,9 +45,21 @@ func newLease(s *session, name string, token uint64, unclaim func()) *Lease {
 
 func (l *Lease) finish() {
 	l.once.Do(func() {
+		l.s.untrack(l)
 		close(l.done)
 		l.unclaim()
 	})
+}
+
+// revoke ends this grant alone (an admin force-released it); the session
+// and its other grants live on.
+func (l *Lease) revoke(err error) {
+	l.mu.Lock()
+	if l.revoked == nil && !l.released {
+		l.revoked = err
+	}
+	l.mu.Unlock()
+	l.finish()
 }
 
 // Name returns the lock's name.
@@ -74,6 +86,9 @@ func (l *Lease) Err() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.revoked != nil {
+		return l.revoked
+	}
 	if l.released {
 		return ErrReleased
 	}
@@ -124,14 +139,14 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 	c := l.s.c
-	req := &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: l.s.id, Name: l.name}
-	call := func(ctx context.Context) error {
-		_, err := c.leader().Release(ctx, req)
-		return err
-	}
+	req := l.s.releaseRequest(l.name)
+	call := func(ctx context.Context) error { return l.s.release(ctx, req) }
 	err := c.retry(ctx, call)
 	if outcomeUnknown(err) {
 		err = c.settle(l.s, call) // same request, fresh context
+	}
+	if !outcomeUnknown(err) {
+		l.s.calls.answered(req.Seq)
 	}
 	if code := status.Code(err); code == codes.NotFound || code == codes.FailedPrecondition {
 		l.s.end(fmt.Errorf("%w: the server no longer had lease #%d", ErrExpired, l.s.number))

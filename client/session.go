@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,8 @@ type session struct {
 	timer    clock.Timer   // fires at deadline
 	stop     context.CancelFunc
 	names    map[string]*localClaim // guarded by mu; one local holder per lock name
+	grants   map[*Lease]time.Time   // guarded by mu; live grants, by when their answer arrived
+	calls    calls
 }
 
 // newSession creates the server lease. Its deadline counts from before the
@@ -66,7 +69,7 @@ func (c *Client) newSession(ctx context.Context, key sessionKey) (*session, erro
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
 	s := &session{c: c, clk: clk, ttl: ttl, margin: key.margin, id: resp.LeaseId, number: resp.LeaseNumber,
-		deadline: sent.Add(ttl - key.margin), ended: make(chan struct{}), names: map[string]*localClaim{}}
+		deadline: sent.Add(ttl - key.margin), ended: make(chan struct{}), names: map[string]*localClaim{}, grants: map[*Lease]time.Time{}}
 	s.timer = clk.AfterFunc(clock.Until(clk, s.deadline), s.check)
 	loop, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -137,6 +140,36 @@ func (s *session) renewed(sent time.Time, ttl time.Duration) {
 	s.failing = nil
 }
 
+// checkHeld ends the leases of grants an admin ended: a grant whose answer
+// arrived before the renewal was sent, and whose token the renewal's answer
+// (the lease's holdings when it was applied, after it was sent) lacks.
+func (s *session) checkHeld(sent time.Time, held []uint64) {
+	s.mu.Lock()
+	var gone []*Lease
+	for l, at := range s.grants {
+		if at.Before(sent) && !slices.Contains(held, l.token) {
+			gone = append(gone, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range gone {
+		l.revoke(fmt.Errorf("%w: an admin force-released lock %q (token %d); lease #%d lives on", ErrRevoked, l.name, l.token, s.number))
+	}
+}
+
+// track and untrack keep s.grants: the leases checkHeld looks at.
+func (s *session) track(l *Lease) {
+	s.mu.Lock()
+	s.grants[l] = s.clk.Now()
+	s.mu.Unlock()
+}
+
+func (s *session) untrack(l *Lease) {
+	s.mu.Lock()
+	delete(s.grants, l)
+	s.mu.Unlock()
+}
+
 func (s *session) renewFailed(err error) {
 	s.mu.Lock()
 	s.failing = err
@@ -201,6 +234,7 @@ func (s *session) renew(ctx context.Context) {
 			}
 			wake.Reset(clock.Until(s.clk, sent.Add(interval))) // first: a test that sees the new deadline may move the clock
 			s.renewed(sent, r.GetTtl().AsDuration())
+			s.checkHeld(sent, r.GetHeldTokens())
 		case err := <-rs.errs:
 			if errors.Is(err, io.EOF) {
 				err = errors.New("renewal stream closed by the server")

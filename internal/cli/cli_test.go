@@ -72,7 +72,7 @@ func TestReleaseForce(t *testing.T) {
 		t.Fatalf("release without --force: %d %s", code, errOut)
 	}
 	code, out, errOut := fence(t, addr, "release", "--force", "stuck", "--reason", "INC-1")
-	if code != 0 || !strings.Contains(out, "revoked lease #1 (host-7); released: stuck") {
+	if code != 0 || !strings.Contains(out, "released stuck (token 1) from lease #1 (host-7)") {
 		t.Fatalf("release --force: %d %s %s", code, out, errOut)
 	}
 	if code, out, _ := fence(t, addr, "status", "stuck"); code != 0 || !strings.Contains(out, "stuck: free") {
@@ -126,7 +126,7 @@ func TestAdminToken(t *testing.T) {
 		t.Fatalf("force-release without the token: %d %s", code, errOut)
 	}
 	t.Setenv("FENCE_ADMIN_TOKEN", "s3cret")
-	if code, out, errOut := fence(t, addr, "release", "--force", "stuck"); code != 0 || !strings.Contains(out, "revoked lease") {
+	if code, out, errOut := fence(t, addr, "release", "--force", "stuck"); code != 0 || !strings.Contains(out, "released stuck") {
 		t.Fatalf("force-release with the token: %d %s %s", code, out, errOut)
 	}
 }

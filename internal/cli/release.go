@@ -19,10 +19,11 @@ func newRelease(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "release --force NAME",
 		Short: "Admin: take a lock away from its holder",
-		Long: `Take the lock NAME away from its holder by revoking the holder's lease,
-which releases every lock that lease holds. The holder finds out at its next
-renewal and must stop ('fence run' kills its command). The server logs the
-call with --reason.
+		Long: `Take the lock NAME away from its holder: its current grant ends (named by
+its token, so a retry never ends the next holder's grant) and the next waiter
+gets it at once. The holder's lease and its other locks live on. The holder
+finds out at its next renewal and must stop ('fence run' kills its command).
+The server logs the call with --reason.
 
 A holder releases its own lock by finishing ('fence run'), 'fence unlock', or
 Lease.Release in the client library; this command is for stuck holders.`,
@@ -37,7 +38,8 @@ Lease.Release in the client library; this command is for stuck holders.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "revoked lease #%d (%s); released: %s\n", revoked.HolderLease, revoked.HolderOwner, strings.Join(released, ", "))
+				fmt.Fprintf(cmd.OutOrStdout(), "released %s (token %d) from lease #%d (%s); that lease and its other locks live on\n",
+					strings.Join(released, ", "), revoked.Token, revoked.HolderLease, revoked.HolderOwner)
 				return nil
 			})
 		},

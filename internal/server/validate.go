@@ -212,7 +212,8 @@ func refusal(c *fsm.Command, r *fsm.Result) error {
 		}
 		return status.Errorf(codes.FailedPrecondition, "this call's grant of lock %q (token %d) has already ended: released or force-released", c.Name, r.Token)
 	case fsm.Cancelled:
-		return status.Errorf(codes.FailedPrecondition, "this call's wait for lock %q was cancelled", c.Name)
+		// ABORTED without a LockHeld detail: wait again with a new call.
+		return status.Errorf(codes.Aborted, "this call's wait for lock %q was cancelled (its handler ended, e.g. when the server stopped); to keep waiting, make a new call", c.Name)
 	case fsm.Answered:
 		return status.Errorf(codes.FailedPrecondition, "call %d of this lease was already answered and acknowledged; a late duplicate is not acted on", c.Seq)
 	case fsm.TooManyCalls:

@@ -1,0 +1,70 @@
+package client
+
+import (
+	"context"
+	"sync"
+
+	"github.com/fencehq/fence/api"
+)
+
+// calls numbers the Acquire and Release calls of one server lease and keeps
+// the numbers whose answers have not arrived. Every request carries its own
+// number (seq, the same on its retries) and the lowest number still
+// unanswered (ack): the server forgets the answers below ack and refuses
+// those calls if they arrive again, so a late duplicate is never acted on
+// and the server's memory stays bounded by what is in flight
+// (api/fence.proto; Raft thesis §6.3). A call whose outcome cannot be
+// settled stays unanswered: its session is given up then, and ends.
+type calls struct {
+	mu   sync.Mutex
+	last uint64              // guarded by mu; the last number given
+	open map[uint64]struct{} // guarded by mu; numbers given and not yet answered
+}
+
+// begin numbers a new call.
+func (n *calls) begin() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.last++
+	if n.open == nil {
+		n.open = map[uint64]struct{}{}
+	}
+	n.open[n.last] = struct{}{}
+	return n.last
+}
+
+// answered records that the outcome of call seq is known.
+func (n *calls) answered(seq uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.open, seq)
+}
+
+// ack returns the lowest number not answered yet (the next one if none).
+func (n *calls) ack() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	low := n.last + 1
+	for seq := range n.open {
+		low = min(low, seq)
+	}
+	return low
+}
+
+// acquire sends req, a numbered Acquire of s, with the current ack.
+func (s *session) acquire(ctx context.Context, req *api.AcquireRequest) (*api.AcquireResponse, error) {
+	req.Ack = s.calls.ack()
+	return s.c.leader().Acquire(ctx, req)
+}
+
+// releaseRequest builds a numbered Release of name (reused on its retries).
+func (s *session) releaseRequest(name string) *api.ReleaseRequest {
+	return &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name, Seq: s.calls.begin()}
+}
+
+// release sends req, a numbered Release of s, with the current ack.
+func (s *session) release(ctx context.Context, req *api.ReleaseRequest) error {
+	req.Ack = s.calls.ack()
+	_, err := s.c.leader().Release(ctx, req)
+	return err
+}
