@@ -194,9 +194,14 @@ func TestLeaderWriteFailureStepsDownAndLogsConverge(t *testing.T) {
 	leader.store.mu.Lock()
 	leader.store.fail = errors.New("disk full")
 	leader.store.mu.Unlock()
-	if err := leader.raft.Apply([]byte("failed write"), 0).Error(); err == nil {
-		t.Fatal("apply answered success although the leader's write failed")
-	} else if !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrNotLeader) {
+	// The entry may still commit: the two followers are a majority without
+	// the leader, which counts itself only once its own write is durable. So
+	// apply may answer success (it did about 1 run in 46) or leadership lost
+	// (the leader stepped down first); both are what LeaderWritesInParallel
+	// promises. What must hold either way is checked below: the cluster
+	// goes on, and every log converges on the same entries.
+	if err := leader.raft.Apply([]byte("failed write"), 0).Error(); err != nil &&
+		!errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrNotLeader) {
 		t.Fatalf("apply: %v", err)
 	}
 	var last uint64
