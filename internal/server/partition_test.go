@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -54,14 +56,19 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{RequestId: []byte("partition-test-2"), Seq: 1, LeaseId: lease.LeaseId, Name: "minority"}); err == nil {
 		t.Fatalf("the cut-off leader granted a lock: token %d", r.Token)
 	}
-	// ...and renews nothing.
-	stream, err := direct.KeepAlive(ctx(1500 * time.Millisecond))
-	if err == nil {
-		if stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}) == nil {
-			if r, err := stream.Recv(); err == nil && r.Ok {
-				t.Fatal("the cut-off leader acknowledged a renewal")
-			}
-		}
+	// ...and renews nothing: it refuses promptly (UNAVAILABLE, so a client
+	// moves to another member), long before the stream's own deadline.
+	stream, err := direct.KeepAlive(ctx(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err == nil && r.Ok {
+		t.Fatal("the cut-off leader acknowledged a renewal")
+	} else if code := status.Code(err); err != nil && code != codes.Unavailable {
+		t.Fatalf("the cut-off leader's renewal stream ended with %v, want UNAVAILABLE before the call's deadline", err)
 	}
 	// The majority elects and continues.
 	var majority []*locktest.Node
