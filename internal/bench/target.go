@@ -149,12 +149,14 @@ func (r *fenceRenewer) Recv() (uint64, bool, error) {
 	return resp.Seq, resp.Ok, nil
 }
 
+// Close ends the stream first (renewals still pending are not wanted: the
+// server would answer them, after the revoke, with ok=false), then revokes
+// the lease.
 func (r *fenceRenewer) Close() error {
-	_ = r.stream.CloseSend()
+	r.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := r.fc.Revoke(ctx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: r.lease})
-	r.cancel()
 	return errors.Join(err, r.conn.Close())
 }
 
