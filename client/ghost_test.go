@@ -136,3 +136,37 @@ func TestReleaseNeverConfirmedEndsSession(t *testing.T) {
 		t.Fatalf("next grant: token %d lease #%d after token %d lease #%d", l2.Token(), l2.LeaseNumber(), l.Token(), l.LeaseNumber())
 	}
 }
+
+// TestLockTimeoutUnderContentionKeepsSession: a Lock that times out while
+// another client holds the lock is settled (the server cancelled the wait)
+// without giving up the session: the caller's other lease lives on, and the
+// lock is granted to the next caller once free.
+func TestLockTimeoutUnderContentionKeepsSession(t *testing.T) {
+	ts := startServer(t)
+	holder := dial(t, ts.addr)
+	held, err := holder.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, ts.addr)
+	other, err := c.Lock(ctxT(t, 5*time.Second), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lock(ctxT(t, 300*time.Millisecond), "x"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock of a held lock at its deadline: %v, want DeadlineExceeded", err)
+	}
+	if err := other.Err(); err != nil {
+		t.Fatalf("the session was given up after a settled timeout: %v", err)
+	}
+	if err := held.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatalf("after the holder released, the lock is not free (a ghost wait was granted?): %v", err)
+	}
+	if l.Token() != held.Token()+2 {
+		t.Fatalf("token %d, want %d (grants: x, a, then this)", l.Token(), held.Token()+2)
+	}
+}
