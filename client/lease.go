@@ -106,7 +106,11 @@ func (l *Lease) Jeopardy() error {
 }
 
 // Deadline returns the local time until which the lease is valid unless
-// renewed (it moves forward with each renewal).
+// renewed (it moves forward with each renewal). It is a reading of the
+// client's clock, which counts on CLOCK_BOOTTIME: time.Until(Deadline())
+// measures on Go's monotonic clock instead and overstates the time left by
+// however long the host was suspended since the process started. Use Err or
+// Done to decide; Deadline is for display.
 func (l *Lease) Deadline() time.Time {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
