@@ -21,3 +21,20 @@ func TestStaleErrorMatches(t *testing.T) {
 		t.Fatalf("message: %s", got)
 	}
 }
+
+func TestModeString(t *testing.T) {
+	for m, want := range map[fencing.Mode]string{fencing.Enforce: "enforce", fencing.Observe: "observe", fencing.Off: "off", 3: "mode(3)", -1: "mode(-1)"} {
+		if got := m.String(); got != want {
+			t.Errorf("Mode(%d).String() = %q, want %q", int32(m), got, want)
+		}
+	}
+}
+
+func TestTableNames(t *testing.T) {
+	for name, ok := range map[string]bool{"totals": true, "app.totals": true, "a.b.c": false, "x; DROP": false, "": false} {
+		_, err := fencing.NewTable(fencing.TableConfig{Dialect: fencing.Postgres, Name: name, Key: []string{"id"}})
+		if (err == nil) != ok {
+			t.Errorf("NewTable(%q): %v, want ok=%v", name, err, ok)
+		}
+	}
+}

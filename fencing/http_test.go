@@ -2,7 +2,9 @@ package fencing_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -126,4 +128,46 @@ func TestModeHandler(t *testing.T) {
 	if c := post(url.Values{"table": {"nope"}, "mode": {"off"}}); c != 404 {
 		t.Fatalf("unknown table: %d", c)
 	}
+}
+
+// lateInsertDB lets another instance insert the resource's row (fence 9)
+// just before the store's own first insert: the store loses that race.
+type lateInsertDB struct {
+	*sql.DB
+	table string
+	done  bool
+}
+
+func (d *lateInsertDB) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if strings.HasPrefix(q, "INSERT") && !d.done {
+		d.done = true
+		if _, err := d.DB.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (resource_key, fence) VALUES ('%s', 9)", d.table, args[0])); err != nil {
+			return nil, err
+		}
+	}
+	return d.DB.ExecContext(ctx, q, args...)
+}
+
+// TestSQLStoreInsertRace: a store that loses the race to create a resource's
+// row compares its token with the winner's instead of accepting it.
+func TestSQLStoreInsertRace(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+		h := dbtest.Open(t, db)
+		name := dbtest.Table(t, h)
+		late := &lateInsertDB{DB: h, table: name}
+		s, err := fencing.NewSQLStore(db.Dialect, late, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.EnsureTable(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if highest, ok, err := s.Advance(ctx, "/totals/77", 5, fencing.Limit{}); ok || err != nil || highest != 9 {
+			t.Fatalf("token 5 after another instance created the resource with 9: highest %d ok %v %v", highest, ok, err)
+		}
+		if highest, ok, err := s.Advance(ctx, "/totals/77", 12, fencing.Limit{}); !ok || err != nil || highest != 12 {
+			t.Fatalf("token 12: highest %d ok %v %v", highest, ok, err)
+		}
+	})
 }

@@ -106,11 +106,16 @@ func (l *Ledger) EnsureTable(ctx context.Context, db DB) error {
 	return addColumn(ctx, sqlRunner{db}, l.d, l.name, l.table, "started_at", l.d.quoteChar+"started_at"+l.d.quoteChar)
 }
 
-func (l *Ledger) reclaimAfter() time.Duration {
-	if l.ReclaimAfter == 0 {
-		return DefaultReclaimAfter
+// reclaimAfter returns ReclaimAfter (its default for 0) and whether
+// reclaims are on at all.
+func (l *Ledger) reclaimAfter() (time.Duration, bool) {
+	switch {
+	case l.ReclaimAfter < 0:
+		return 0, false
+	case l.ReclaimAfter == 0:
+		return DefaultReclaimAfter, true
 	}
-	return l.ReclaimAfter
+	return l.ReclaimAfter, true
 }
 
 // Once runs action at most once for key, fenced by token (see Ledger for
@@ -131,7 +136,7 @@ func (l *Ledger) Once(ctx context.Context, db LedgerDB, key string, token Token,
 		return false, err
 	}
 	actCtx, cancel := ctx, context.CancelFunc(func() {})
-	if ra := l.reclaimAfter(); ra > 0 {
+	if ra, on := l.reclaimAfter(); on {
 		actCtx, cancel = context.WithTimeout(ctx, ra/2)
 	}
 	actErr := action(actCtx)
@@ -151,8 +156,12 @@ func (l *Ledger) Once(ctx context.Context, db LedgerDB, key string, token Token,
 	if err != nil {
 		return true, fmt.Errorf("fencing: ledger mark %q %s: %w (action error: %v)", key, state, err, actErr)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		highest, _, _ := l.read(context.WithoutCancel(ctx), db, key)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return true, fmt.Errorf("fencing: ledger mark %q %s: %w (action error: %v)", key, state, err, actErr)
+	}
+	if n == 0 {
+		highest, _, err := l.read(context.WithoutCancel(ctx), db, key)
 		return true, errors.Join(fmt.Errorf("fencing: ledger %q: the action ran, but a newer holder reclaimed the claim and may run it again: %w",
 			key, &StaleError{Resource: key, Offered: token, Highest: highest}), err, actErr)
 	}
@@ -174,7 +183,7 @@ func (l *Ledger) claim(ctx context.Context, db DB, key string, token Token) (cla
 		if n, err := l.exec(ctx, db, key, q); err != nil || n == 1 {
 			return n == 1, err
 		}
-		if ra := l.reclaimAfter(); ra > 0 {
+		if ra, on := l.reclaimAfter(); on {
 			// One statement, so two reclaimers cannot both win.
 			q := &query{d: l.d}
 			q.text("UPDATE ", l.table, " SET token = ").arg(int64(token)).text(", started_at = ", l.d.nowMicros, ", detail = NULL").

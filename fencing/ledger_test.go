@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -154,6 +155,15 @@ func TestLedgerClaims(t *testing.T) {
 		for _, bad := range []fencing.Token{0, 1 << 63} {
 			if ran, err := l.Once(ctx, h, "k", bad, func(context.Context) error { return nil }); ran || err == nil {
 				t.Errorf("token %d accepted: %v %v", bad, ran, err)
+			}
+		}
+		if ran, err := l.Once(ctx, h, "k:max", 1<<63-1, func(context.Context) error { return nil }); !ran || err != nil {
+			t.Errorf("token 2^63-1: %v %v", ran, err)
+		}
+		for n, ok := range map[int]bool{0: false, 1: true, 255: true, 256: false} {
+			ran, err := l.Once(ctx, h, strings.Repeat("x", n), 5, func(context.Context) error { return nil })
+			if ran != ok || (err == nil) != ok {
+				t.Errorf("key of %d bytes: ran=%v %v, want ok=%v", n, ran, err, ok)
 			}
 		}
 	})

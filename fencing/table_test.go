@@ -209,13 +209,21 @@ func (o *countingObserver) Stale(table string, mode fencing.Mode, offered, highe
 	o.calls = append(o.calls, fmt.Sprintf("%s %d<%d", mode, offered, highest))
 }
 
+// bareTable creates a table (id, amount) without a fence column, with the
+// row id=1.
+func bareTable(t *testing.T, db dbtest.DB) (*sql.DB, string) {
+	t.Helper()
+	h := dbtest.Open(t, db)
+	name := dbtest.Table(t, h)
+	mustExec(t, h, fmt.Sprintf("CREATE TABLE %s (id BIGINT PRIMARY KEY, amount BIGINT NOT NULL)", name))
+	mustExec(t, h, fmt.Sprintf("INSERT INTO %s VALUES (1, 0)", name))
+	return h, name
+}
+
 func TestRolloutModes(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db dbtest.DB) {
-		h := dbtest.Open(t, db)
-		name := dbtest.Table(t, h)
+		h, name := bareTable(t, db)
 		ctx := context.Background()
-		mustExec(t, h, fmt.Sprintf("CREATE TABLE %s (id BIGINT PRIMARY KEY, amount BIGINT NOT NULL)", name))
-		mustExec(t, h, fmt.Sprintf("INSERT INTO %s VALUES (1, 0)", name))
 		obs := &countingObserver{}
 		tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"}, Mode: fencing.Off, Observer: obs})
 		if err != nil {
@@ -295,6 +303,11 @@ func TestInTx(t *testing.T) {
 		}
 		if a, _ := row(t, h, name, 2); a != 200 {
 			t.Fatalf("row 2 after rollback: %d", a)
+		}
+		// fn that ends the transaction itself and fails: its error, nothing about the closed tx.
+		err = tbl.InTx(ctx, h, 8, 1, func(tx *sql.Tx) error { tx.Rollback(); return boom })
+		if !errors.Is(err, boom) || errors.Is(err, sql.ErrTxDone) {
+			t.Fatalf("InTx whose fn rolled back: %v", err)
 		}
 	})
 }
@@ -399,6 +412,35 @@ func TestStaleInCallersTx(t *testing.T) {
 					}
 				})
 			}
+		}
+	})
+}
+
+// TestEnsureColumnQualified: the schema helper on a schema-qualified name,
+// and on a table that does not exist.
+func TestEnsureColumnQualified(t *testing.T) {
+	schema := map[string]string{"postgres": "public", "mysql": "test", "sqlite": "main"}
+	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+		h, name := bareTable(t, db)
+		ctx := context.Background()
+		tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: schema[db.Name] + "." + name, Key: []string{"id"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if err := tbl.EnsureColumn(ctx, h); err != nil {
+				t.Fatalf("EnsureColumn on %s.%s (call %d): %v", schema[db.Name], name, i+1, err)
+			}
+		}
+		if err := tbl.Update(ctx, h, 3, 1, map[string]any{"amount": 30}); err != nil {
+			t.Fatal(err)
+		}
+		missing, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name + "_missing", Key: []string{"id"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := missing.EnsureColumn(ctx, h); err == nil {
+			t.Fatal("EnsureColumn on a table that does not exist: no error")
 		}
 	})
 }

@@ -104,6 +104,12 @@ func TestPgx(t *testing.T) {
 	if err := fencingpgx.InTx(ctx, conn, tbl, 6, 1, func(pgx.Tx) error { ran = true; return nil }); !errors.Is(err, fencing.ErrStale) || ran {
 		t.Fatalf("stale InTx: %v (fn ran: %v)", err, ran)
 	}
+	// fn that ends the transaction itself and fails: its error, nothing about the closed tx.
+	boom := errors.New("boom")
+	err = fencingpgx.InTx(ctx, pool, tbl, 8, 1, func(tx pgx.Tx) error { tx.Rollback(ctx); return boom })
+	if !errors.Is(err, boom) || errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("InTx whose fn rolled back: %v", err)
+	}
 }
 
 // TestPgxStaleInCallersTx: a write through the caller's pgx transaction,
