@@ -33,7 +33,9 @@ every write, so storage can refuse a stale holder) and FENCE_TTL.
 If renewals keep failing, fence stops CMD before the lease can expire: it sends
 SIGTERM when only --grace is left before the local deadline, and SIGKILL at
 the deadline (which is a safety margin, TTL/10, before the server could grant
-the lock to anyone else). After a pause of fence itself, it kills CMD at once.
+the lock to anyone else). After a pause of fence itself, or a suspend of the
+host (the deadline counts on CLOCK_BOOTTIME, which keeps counting while the
+host sleeps), it kills CMD at once.
 CMD runs in its own process group; both signals go to the whole group.
 
 Exit codes: CMD's own when it finishes; 75 if the lock could not be acquired

@@ -87,15 +87,18 @@ func (r realTicker) C() <-chan time.Time { return r.t.C }
 func (r realTicker) Stop()               { r.t.Stop() }
 
 // NewTimer returns a timer due d from now on the boottime clock.
-func (r Real) NewTimer(d time.Duration) Timer {
-	t := &realTimer{c: make(chan time.Time, 1)}
-	t.Reset(d)
-	return t
-}
+func (r Real) NewTimer(d time.Duration) Timer { return newSlicedTimer(r.Now, d, nil) }
 
 // AfterFunc calls f once d has passed on the boottime clock.
-func (r Real) AfterFunc(d time.Duration, f func()) Timer {
-	t := &realTimer{f: f}
+func (r Real) AfterFunc(d time.Duration, f func()) Timer { return newSlicedTimer(r.Now, d, f) }
+
+// newSlicedTimer returns a timer due d from now() that calls f, or sends on
+// its channel if f is nil.
+func newSlicedTimer(now func() time.Time, d time.Duration, f func()) *realTimer {
+	t := &realTimer{now: now, f: f}
+	if f == nil {
+		t.c = make(chan time.Time, 1)
+	}
 	t.Reset(d)
 	return t
 }
@@ -104,8 +107,9 @@ func (r Real) AfterFunc(d time.Duration, f func()) Timer {
 // with its due time after each, so a host suspend delays it by at most one
 // slice after the resume.
 type realTimer struct {
-	f func()
-	c chan time.Time
+	now func() time.Time // Real.Now
+	f   func()
+	c   chan time.Time
 
 	mu     sync.Mutex
 	due    time.Time   // guarded by mu
@@ -142,7 +146,7 @@ func (t *realTimer) Reset(d time.Duration) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	was := t.stopLocked()
-	t.due = Real{}.Now().Add(d)
+	t.due = t.now().Add(d)
 	t.active = true
 	t.armLocked(d)
 	return was
@@ -159,7 +163,7 @@ func (t *realTimer) slice(gen uint64) {
 		t.mu.Unlock()
 		return
 	}
-	now := Real{}.Now()
+	now := t.now()
 	if left := t.due.Sub(now); left > 0 {
 		t.armLocked(left)
 		t.mu.Unlock()

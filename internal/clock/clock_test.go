@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -32,4 +33,24 @@ func TestRealTimerStopAndReset(t *testing.T) {
 	done := make(chan struct{})
 	Real{}.AfterFunc(0, func() { close(done) })
 	<-done
+}
+
+// TestRealTimerFiresAfterModeledSuspend: a Go timer runs on CLOCK_MONOTONIC,
+// so one set for the deadline would fire a whole suspend late. Here the
+// boottime reading jumps 10 minutes (a suspend) past a timer due in 10
+// minutes; the timer must notice at its next slice (within MaxTimerSlice of
+// real time) rather than wait 10 more minutes. No time bound is asserted:
+// without the re-check the test hangs until its own deadline.
+func TestRealTimerFiresAfterModeledSuspend(t *testing.T) {
+	var slept atomic.Int64
+	now := func() time.Time { return Real{}.Now().Add(time.Duration(slept.Load())) }
+	fired := make(chan struct{})
+	tm := newSlicedTimer(now, 10*time.Minute, func() { close(fired) })
+	ch := newSlicedTimer(now, 10*time.Minute, nil)
+	slept.Store(int64(10 * time.Minute))
+	<-fired
+	<-ch.C()
+	if tm.Stop() || ch.Stop() {
+		t.Fatal("a fired timer reports itself active")
+	}
 }
