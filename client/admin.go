@@ -135,9 +135,20 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 		return err
 	})
 	if err != nil {
-		revokeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Not granted, or not known to be: end the lease, which ends any grant
+		// it got. Revoke is idempotent, so it is retried (across members, with
+		// a fresh context) like any call; if even that fails, nothing renews
+		// the lease and the server ends it after its TTL.
+		revokeCtx, cancel := context.WithTimeout(context.Background(), defaultSettleFor)
 		defer cancel()
-		c.leader().Revoke(revokeCtx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId})
+		rev := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId}
+		rerr := c.retry(revokeCtx, func(ctx context.Context) error {
+			_, err := c.leader().Revoke(ctx, rev)
+			return err
+		})
+		if rerr != nil && outcomeUnknown(err) {
+			err = fmt.Errorf("%w (and revoking its lease failed: %v; it ends after its TTL, %v)", err, rerr, ttl)
+		}
 		if st, _ := status.FromError(err); st.Code() == codes.Aborted {
 			return nil, lockedError(name, st)
 		}

@@ -170,3 +170,25 @@ func TestLockTimeoutUnderContentionKeepsSession(t *testing.T) {
 		t.Fatalf("token %d, want %d (grants: x, a, then this)", l.Token(), held.Token()+2)
 	}
 }
+
+// TestLockDetachedLostReplyLeavesNoGhost: LockDetached's grant reply is lost
+// at the caller's deadline and the first Revoke of its lease fails (a
+// failover); the lease must still be revoked, not left holding the lock for
+// its whole TTL.
+func TestLockDetachedLostReplyLeavesNoGhost(t *testing.T) {
+	ts := startServer(t)
+	var revokes atomic.Int32
+	failFirstRevoke := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == api.Fence_Revoke_FullMethodName && revokes.Add(1) == 1 {
+			return status.Error(codes.Unavailable, "injected: failover")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	c := dial(t, ts.addr, client.WithDialOptions(loseFirstAcquireReply(false), failFirstRevoke))
+	if d, err := c.LockDetached(ctxT(t, 300*time.Millisecond), "x", time.Hour, false); err == nil {
+		t.Fatalf("LockDetached succeeded (token %d) although its reply was lost", d.Token)
+	}
+	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatalf("after the lost LockDetached, the lock is not free: %v", err)
+	}
+}
