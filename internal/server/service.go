@@ -263,6 +263,10 @@ func (v *service) renewFromMemory(id fsm.LeaseID, seq uint64) *api.KeepAliveResp
 	v.s.replica.read(func(st *fsm.State) {
 		if l, ok := st.Lease(id); ok {
 			resp.Ok, resp.Ttl = true, durationpb.New(l.TTL)
+			for _, name := range l.Holds { // as a real answer would, so the holder keeps trusting it
+				k, _ := st.Lock(name)
+				resp.HeldTokens = append(resp.HeldTokens, k.Token)
+			}
 		}
 	})
 	return resp
