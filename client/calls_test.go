@@ -47,6 +47,23 @@ func TestForceReleaseEndsOnlyThatLock(t *testing.T) {
 	if err := b.Err(); err != nil {
 		t.Fatalf("api/b ended with api/a: %v", err)
 	}
+	if err := a.Release(ctxT(t, 5*time.Second)); !errors.Is(err, client.ErrRevoked) {
+		t.Fatalf("release of the force-released grant: %v, want ErrRevoked", err)
+	}
+	// Released before the holder heard of it: Release says so and ends only that grant.
+	c, err := holder.Lock(ctxT(t, 5*time.Second), "api/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := admin.ForceRelease(ctxT(t, 5*time.Second), "api/c", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctxT(t, 5*time.Second)); !errors.Is(err, client.ErrRevoked) {
+		t.Fatalf("release after an unnoticed force-release: %v, want ErrRevoked", err)
+	}
+	if err := b.Err(); err != nil {
+		t.Fatalf("api/b ended with api/c's force-release: %v", err)
+	}
 	if _, _, err := admin.ForceRelease(ctxT(t, 5*time.Second), "api/a", "again"); !errors.Is(err, client.ErrNotHeld) {
 		t.Fatalf("force-release of a free lock: %v, want ErrNotHeld", err)
 	}

@@ -152,8 +152,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !outcomeUnknown(err) {
 		l.s.calls.answered(req.Seq)
 	}
-	if code := status.Code(err); code == codes.NotFound || code == codes.FailedPrecondition {
+	switch status.Code(err) {
+	case codes.NotFound: // the whole lease ended (it expired, or was revoked)
 		l.s.end(fmt.Errorf("%w: the server no longer had lease #%d", ErrExpired, l.s.number))
+		return l.Err()
+	case codes.FailedPrecondition: // this grant alone ended: an admin force-released it
+		l.revoke(fmt.Errorf("%w: lock %q (token %d) was no longer held by lease #%d when released", ErrRevoked, l.name, l.token, l.s.number))
 		return l.Err()
 	}
 	if err != nil {

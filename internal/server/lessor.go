@@ -128,17 +128,29 @@ func (ls *lessor) deadline(id fsm.LeaseID) (time.Time, bool) {
 	return t.deadline, true
 }
 
-// event updates deadlines from an applied command. Called on the apply path
-// with the replica locked; it must not block.
-func (ls *lessor) event(e *fsm.Event) {
+// applied updates deadlines from the events of one applied entry. It reads
+// the clock once per entry (the boottime clock is a system call, and an
+// entry may renew thousands of leases). Called on the apply path with the
+// replica locked; it must not block.
+func (ls *lessor) applied(results []fsm.Result) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if !ls.active {
 		return
 	}
+	now := ls.clock.Now()
+	for i := range results {
+		for j := range results[i].Events {
+			ls.eventLocked(&results[i].Events[j], now)
+		}
+	}
+}
+
+// eventLocked updates deadlines from one event applied at now. ls.mu must be held.
+func (ls *lessor) eventLocked(e *fsm.Event, now time.Time) {
 	switch e.Kind {
 	case fsm.LeaseStarted, fsm.LeaseRenewed:
-		d := ls.clock.Now().Add(e.TTL)
+		d := now.Add(e.TTL)
 		if t := ls.leases[e.Lease]; t != nil {
 			t.deadline, t.renewals = later(t.deadline, d), e.Renewals
 		} else {
@@ -147,7 +159,7 @@ func (ls *lessor) event(e *fsm.Event) {
 	case fsm.LeaseEnded:
 		delete(ls.leases, e.Lease) // its heap entry is dropped when popped
 	case fsm.DelayStarted:
-		ls.delays[e.Name] = delay{at: ls.clock.Now().Add(e.Delay), token: e.Token}
+		ls.delays[e.Name] = delay{at: now.Add(e.Delay), token: e.Token}
 	}
 }
 

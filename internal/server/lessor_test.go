@@ -81,8 +81,8 @@ func TestDueCommands(t *testing.T) {
 	ls := newTestLessor(c)
 	ls.activate(s)
 	c.Advance(900 * time.Millisecond)
-	ls.event(&fsm.Event{Kind: fsm.LeaseRenewed, Lease: b, TTL: time.Second, Renewals: 1}) // b renewed at 0.9s
-	c.Advance(200 * time.Millisecond)                                                     // 1.1s: a is due, b is not
+	ls.applied([]fsm.Result{{Events: []fsm.Event{{Kind: fsm.LeaseRenewed, Lease: b, TTL: time.Second, Renewals: 1}}}}) // b renewed at 0.9s
+	c.Advance(200 * time.Millisecond)                                                                                  // 1.1s: a is due, b is not
 	tk, cmds := ls.due(true)
 	if tk == nil || tk.Elapsed != 200*time.Millisecond { // capped at 2 ticks
 		t.Fatalf("want a capped tick of 200ms, got %+v", tk)
@@ -104,6 +104,27 @@ func TestDueCommands(t *testing.T) {
 	ls.deactivate()
 	if tk, cmds := ls.due(true); tk != nil || cmds != nil {
 		t.Fatalf("a node that is not leading proposed %+v %+v", tk, cmds)
+	}
+}
+
+// TestSuspendedLeaderExpires: the lessor's deadlines are on the clock that
+// counts a host suspend (CLOCK_BOOTTIME for the real clock): a leader whose
+// host slept through a lease's deadline expires it at its first tick after
+// resuming, without waiting a TTL more on a clock that stood still.
+func TestSuspendedLeaderExpires(t *testing.T) {
+	s := fsm.New()
+	a := fsm.LeaseID{1}
+	applyAll(t, s, fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{1}, Lease: a, TTL: 10 * time.Second})
+	c := clocktest.New()
+	ls := newTestLessor(c)
+	ls.activate(s)
+	c.Advance(time.Second)
+	if _, cmds := ls.due(true); len(cmds) != 0 {
+		t.Fatalf("expired before its deadline: %+v", cmds)
+	}
+	c.Suspend(time.Minute)
+	if _, cmds := ls.due(true); len(cmds) != 1 || cmds[0].Kind != fsm.KindExpire || cmds[0].Lease != a {
+		t.Fatalf("after a suspend past the deadline: %+v, want the expire", cmds)
 	}
 }
 

@@ -296,6 +296,7 @@ func (s *Server) applied(index uint64, cmds []fsm.Command, results []fsm.Result)
 			s.log.Error("audit file write failed", "index", index, "err", err)
 		}
 	}
+	s.lessor.applied(results)
 	m := s.metrics
 	for i := range results {
 		r := &results[i]
@@ -311,7 +312,6 @@ func (s *Server) applied(index uint64, cmds []fsm.Command, results []fsm.Result)
 		}
 		for j := range r.Events {
 			e := &r.Events[j]
-			s.lessor.event(e)
 			s.waiters.event(e)
 			switch e.Kind {
 			case fsm.Granted:
