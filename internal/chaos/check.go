@@ -30,16 +30,32 @@ type Violation struct {
 const porcupineTimeout = 2 * time.Minute
 
 // check runs every check over the recorded operations and the audit trails.
-func check(ops []*Op, audits []nodeAudit, outDir string) *Report {
-	r := &Report{Operations: len(ops)}
+// ttls are the lease TTLs the servers granted, by lease number, as the
+// proxy saw them.
+func check(ops []*Op, audits []nodeAudit, ttls map[uint64]time.Duration, outDir string) *Report {
+	r := &Report{Operations: len(ops), Writes: map[string]int{}}
 	for _, o := range ops {
+		row := o.Kind == "claim" || o.Kind == "write"
 		switch {
 		case o.Kind == "acquire" && o.Outcome == OK && o.Client != "final":
 			r.Grants++
-		case o.Outcome == Stale && (o.Kind == "claim" || o.Kind == "write"):
+		case o.Outcome == Stale && row && o.Store == StorePostgres:
 			r.StaleRefused.Postgres++
+			if o.Tx && o.Kind == "write" {
+				r.StaleRefused.PostgresTx++
+			}
+		case o.Outcome == Stale && row && o.Store == StoreMySQL:
+			r.StaleRefused.MySQL++
+			if o.Tx && o.Kind == "write" {
+				r.StaleRefused.MySQLTx++
+			}
+		case o.Outcome == Serialization:
+			r.StaleRefused.Serialization++
 		case o.Outcome == Stale && o.Kind == "kvput":
 			r.StaleRefused.KV++
+		}
+		if o.Kind == "write" && o.Outcome == OK {
+			r.Writes[o.Store+map[bool]string{true: " in tx", false: ""}[o.Tx]]++
 		}
 		if o.Open() {
 			r.Unknown++
@@ -56,12 +72,17 @@ func check(ops []*Op, audits []nodeAudit, outDir string) *Report {
 	r.add(grantsCommitted(ops, grants)...)
 	r.add(tokenOrder(ops)...)
 	r.add(windows(ops)...)
+	var dv []Violation
+	r.LeaseTTLs, dv = deadlines(ops, ttls)
+	r.add(dv...)
 	lost, lv := lostUpdates(ops)
 	r.LostUpdates = lost
 	r.add(lv...)
 	r.add(r.linearizable("lock service", histcheck.Locks.ToModel(), lockHistory(ops), outDir)...)
-	r.add(r.linearizable("postgres rows", histcheck.FencedKV, registerHistory(ops, "claim", "read", "write"), outDir)...)
-	r.add(r.linearizable("fenced key-value", histcheck.FencedKV, registerHistory(ops, "", "kvget", "kvput"), outDir)...)
+	for _, st := range []string{StorePostgres, StoreMySQL} {
+		r.add(r.linearizable(st+" rows", histcheck.FencedKV, registerHistory(ops, st, "claim", "read", "write"), outDir)...)
+	}
+	r.add(r.linearizable("fenced key-value", histcheck.FencedKV, registerHistory(ops, "", "", "kvget", "kvput"), outDir)...)
 	if len(r.Violations) == 0 {
 		r.Violations = []Violation{}
 	}
@@ -181,6 +202,59 @@ func windows(ops []*Op) []Violation {
 	return vs
 }
 
+// minMargin is the client's documented safety margin for a lease of ttl
+// (client.WithSafetyMargin): TTL/10, at least TTL×1000 ppm + 10 ms. It is
+// written out here, not taken from the client, so the check stays
+// independent of the code it checks.
+func minMargin(ttl time.Duration) time.Duration {
+	return max(ttl/10, ttl/1_000_000*1000+10*time.Millisecond)
+}
+
+// deadlineSlack absorbs converting the client's deadline to Mono's clock.
+const deadlineSlack = time.Millisecond
+
+// deadlines: each lease has the TTL its lock asked for (the servers' answer,
+// seen by the proxy), and every deadline a worker believed leaves that
+// lease's own margin: it is at most the moment the worker read it plus the
+// lease's TTL minus TTL/10 (the client counts from a renewal it sent before
+// then). A margin taken from another TTL — the client's, or another
+// lease's — breaks this for a lease whose TTL differs from the session's.
+// It returns how many leases it knew the TTL of.
+func deadlines(ops []*Op, ttls map[uint64]time.Duration) (int, []Violation) {
+	grant := map[string]*Op{}
+	for _, o := range ops {
+		if o.Kind == "acquire" && o.Outcome == OK && o.Client != "final" {
+			grant[o.Lock+"/"+strconv.FormatUint(o.Token, 10)] = o
+		}
+	}
+	var vs []Violation
+	known := map[uint64]bool{}
+	for _, o := range ops {
+		if o.ValidUntil == 0 || o.Seen == 0 || o.Outcome == Unknown && o.Kind == "acquire" {
+			continue
+		}
+		g := grant[o.Lock+"/"+strconv.FormatUint(o.Token, 10)]
+		if g == nil || g.Lease == 0 {
+			continue
+		}
+		ttl, ok := ttls[g.Lease]
+		if !ok {
+			continue
+		}
+		if o == g && g.TTL != 0 && ttl != g.TTL {
+			vs = append(vs, Violation{Check: "a lease has the TTL its lock asked for", Detail: fmt.Sprintf(
+				"%s token %d: asked for %v, lease %d has %v", o.Lock, o.Token, g.TTL, g.Lease, ttl), Ops: []*Op{g}})
+		}
+		known[g.Lease] = true
+		if limit := o.Seen + int64(ttl-minMargin(ttl)+deadlineSlack); o.ValidUntil > limit {
+			vs = append(vs, Violation{Check: "a deadline leaves its own lease's margin", Detail: fmt.Sprintf(
+				"%s token %d (lease %d, TTL %v): believed valid %v after it was read, more than TTL − %v",
+				o.Lock, o.Token, g.Lease, ttl, time.Duration(o.ValidUntil-o.Seen), minMargin(ttl)), Ops: []*Op{g, o}})
+		}
+	}
+	return len(known), vs
+}
+
 func sec(ns int64) float64 { return float64(ns) / 1e9 }
 
 // lostUpdates: each acknowledged write of a row stores the value it read
@@ -194,11 +268,11 @@ func lostUpdates(ops []*Op) (int, []Violation) {
 		if o.Kind != "write" || o.Outcome != OK {
 			continue
 		}
-		k := o.Lock + "=" + o.Value
+		k := o.Store + "/" + o.Lock + "=" + o.Value
 		if p := first[k]; p != nil {
 			lost++
 			if len(vs) < 10 {
-				vs = append(vs, Violation{Check: "no acknowledged write lost", Detail: fmt.Sprintf("row %s: value %s written by token %d and again by token %d: one increment was lost", o.Lock, o.Value, p.Token, o.Token), Ops: []*Op{p, o}})
+				vs = append(vs, Violation{Check: "no acknowledged write lost", Detail: fmt.Sprintf("%s row %s: value %s written by token %d and again by token %d: one increment was lost", o.Store, o.Lock, o.Value, p.Token, o.Token), Ops: []*Op{p, o}})
 			}
 			continue
 		}
@@ -247,18 +321,24 @@ func lockHistory(ops []*Op) *history {
 	return h
 }
 
-// registerHistory maps a resource's operations onto the fenced register
-// model. Postgres rows start as value 0 with fence 0 (an initial write).
-func registerHistory(ops []*Op, claim, read, write string) *history {
+// registerHistory maps one resource's operations onto the fenced register
+// model: the rows of store (claim, read, write), or with store "" the
+// built-in key-value store. Rows start as value 0 with fence 0 (an initial
+// write). A write whose transaction was rolled back (fail, serialization)
+// had no effect and is left out.
+func registerHistory(ops []*Op, store, claim, read, write string) *history {
 	h := &history{}
 	initial := map[string]bool{}
 	for _, o := range ops {
-		if o.Kind != claim && o.Kind != read && o.Kind != write {
+		if o.Kind != claim && o.Kind != read && o.Kind != write || o.Store != store {
+			continue
+		}
+		if (o.Kind == claim || o.Kind == write) && (o.Outcome == Fail || o.Outcome == Serialization) {
 			continue
 		}
 		if claim != "" && !initial[o.Lock] {
 			initial[o.Lock] = true
-			h.add(&Op{Client: "init", Kind: write, Lock: o.Lock, Value: "0", Call: -2, Return: -1, Outcome: OK},
+			h.add(&Op{Client: "init", Kind: write, Lock: o.Lock, Store: store, Value: "0", Call: -2, Return: -1, Outcome: OK},
 				histcheck.KVInput{Key: o.Lock, Put: true, Value: "0"}, histcheck.KVOutput{})
 		}
 		unknown := o.Open()

@@ -25,7 +25,7 @@ const (
 )
 
 // AllFaults lists every fault.
-var AllFaults = []string{FaultPauseWorker, FaultKillWorker, FaultKillLeader, FaultKillFollower, FaultPauseLeader, FaultPartition, FaultIsolateLeader, FaultClockShift}
+var AllFaults = []string{FaultPauseWorker, FaultKillWorker, FaultKillLeader, FaultKillFollower, FaultPauseLeader, FaultPartition, FaultIsolateLeader, FaultClockShift, FaultReplay}
 
 // FaultCounts says how often each fault happened.
 type FaultCounts struct {

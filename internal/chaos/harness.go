@@ -44,6 +44,9 @@ type Config struct {
 	// environment (see RunWorkerFromEnv).
 	WorkerCommand []string
 	PostgresURL   string
+	// MySQLURL is a MariaDB (or MySQL) database for the second store; ""
+	// leaves it out.
+	MySQLURL string
 	// OutDir receives histories, logs, audit files and, on a violation, the
 	// evidence. It must exist.
 	OutDir string
@@ -105,9 +108,10 @@ type workerProc struct {
 type harness struct {
 	cfg     Config
 	cl      *cluster
-	db      *sql.DB
+	dbs     map[string]*sql.DB // by store
 	table   string
 	workers []*workerProc
+	proxy   *proxy
 }
 
 // Run performs one chaos run and checks it. An error means the run could
@@ -136,18 +140,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range cfg.Workers {
-		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.cl.addrs(), PostgresURL: cfg.PostgresURL,
-			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing,
-			History: filepath.Join(cfg.OutDir, fmt.Sprintf("w%d.history", i+1)), Seed: cfg.Seed*1000 + uint64(i)}}
-		if err := h.startWorker(w, 0); err != nil {
-			return nil, err
-		}
-		h.workers = append(h.workers, w)
-	}
-	start := Mono()
-	logf("cluster up, workers running; injecting faults for %v", cfg.Duration)
-
 	faultLog, err := os.Create(filepath.Join(cfg.OutDir, "faults.log"))
 	if err != nil {
 		return nil, err
@@ -157,6 +149,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, k := range cfg.Faults {
 		f.enabled[k] = true
 	}
+	rp, err := newReplayer(h.cl.addrs(), cfg.Seed, cfg.TTL, f.note)
+	if err != nil {
+		return nil, err
+	}
+	defer rp.close()
+	if h.proxy, err = newProxy(h.cl.addrs(), rp.in); err != nil {
+		return nil, err
+	}
+	defer h.proxy.close()
+	rctx, rstop := context.WithCancel(ctx)
+	defer rstop()
+	rdone := make(chan struct{})
+	go func() { defer close(rdone); rp.run(rctx, f.enabled[FaultReplay]) }()
+	for i := range cfg.Workers {
+		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.proxy.addrs, PostgresURL: cfg.PostgresURL,
+			MySQLURL: cfg.MySQLURL, TTLs: TTLModes[i%len(TTLModes)],
+			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing,
+			History: filepath.Join(cfg.OutDir, fmt.Sprintf("w%d.history", i+1)), Seed: cfg.Seed*1000 + uint64(i)}}
+		if err := h.startWorker(w, 0); err != nil {
+			return nil, err
+		}
+		h.workers = append(h.workers, w)
+	}
+	start := Mono()
+	logf("cluster up, workers running (through the proxy); injecting faults for %v", cfg.Duration)
+
 	fctx, stop := context.WithTimeout(ctx, cfg.Duration)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -164,6 +182,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	go func() { defer wg.Done(); f.serverLoop(fctx, rand.New(rand.NewPCG(cfg.Seed, 2))) }()
 	wg.Wait()
 	stop()
+	rstop()
+	<-rdone
+	rp.wait()
 
 	logf("faults stopped; healing, restarting what is down, stopping workers")
 	if err := h.heal(ctx); err != nil {
@@ -188,7 +209,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := check(ops, audits, cfg.OutDir)
+	replays, acted := rp.result()
+	r := check(ops, audits, h.proxy.leaseTTLs(), cfg.OutDir)
+	r.add(acted...)
+	r.Replays = replays
 	r.Seed, r.Duration, r.Faults, r.Elapsed = cfg.Seed, cfg.Duration, f.counts, time.Duration(end-start)
 	r.Fencing = cfg.Fencing
 	b, _ := json.MarshalIndent(r, "", "  ")
@@ -230,30 +254,41 @@ func (h *harness) heal(ctx context.Context) error {
 	return err
 }
 
+// createTable creates the run's table, one row per lock, in each store.
 func (h *harness) createTable(ctx context.Context) error {
-	var err error
-	if h.db, err = sql.Open("pgx", h.cfg.PostgresURL); err != nil {
-		return err
-	}
 	b := make([]byte, 4)
 	for i := range b {
 		b[i] = byte(rand.IntN(256))
 	}
 	h.table = "chaos_" + hex.EncodeToString(b)
-	if _, err := h.db.ExecContext(ctx, "CREATE TABLE "+h.table+" (id BIGINT PRIMARY KEY, value BIGINT NOT NULL, fence BIGINT NOT NULL DEFAULT 0)"); err != nil {
-		return fmt.Errorf("chaos: create table: %w", err)
-	}
-	for i := range h.cfg.Locks {
-		if _, err := h.db.ExecContext(ctx, "INSERT INTO "+h.table+" (id, value) VALUES ($1, 0)", i); err != nil {
+	h.dbs = map[string]*sql.DB{}
+	for _, s := range []struct{ name, driver, url, ph string }{
+		{StorePostgres, "pgx", h.cfg.PostgresURL, "$1"}, {StoreMySQL, "mysql", h.cfg.MySQLURL, "?"}} {
+		if s.url == "" {
+			continue
+		}
+		db, err := sql.Open(s.driver, s.url)
+		if err != nil {
 			return err
+		}
+		h.dbs[s.name] = db
+		if _, err := db.ExecContext(ctx, "CREATE TABLE "+h.table+" (id BIGINT PRIMARY KEY, value BIGINT NOT NULL, fence BIGINT NOT NULL DEFAULT 0)"); err != nil {
+			return fmt.Errorf("chaos: create table in %s: %w", s.name, err)
+		}
+		for i := range h.cfg.Locks {
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+h.table+" (id, value) VALUES ("+s.ph+", 0)", i); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
 func (h *harness) dropTable() {
-	_, _ = h.db.Exec("DROP TABLE IF EXISTS " + h.table)
-	h.db.Close()
+	for _, db := range h.dbs {
+		_, _ = db.Exec("DROP TABLE IF EXISTS " + h.table)
+		db.Close()
+	}
 }
 
 // finalOps reads every lock, row and key once the faults are over, and
@@ -279,14 +314,22 @@ func (h *harness) finalOps(ctx context.Context) ([]*Op, error) {
 	}
 	for i := range h.cfg.Locks {
 		name := "lock-" + strconv.Itoa(i)
-		call := Mono()
-		var value, fence int64
-		if err := h.db.QueryRowContext(ctx, "SELECT value, fence FROM "+h.table+" WHERE id = $1", i).Scan(&value, &fence); err != nil {
-			return nil, err
+		for _, st := range []string{StorePostgres, StoreMySQL} {
+			db := h.dbs[st]
+			if db == nil {
+				continue
+			}
+			ph := map[string]string{StorePostgres: "$1", StoreMySQL: "?"}[st]
+			call := Mono()
+			var value, fence int64
+			if err := db.QueryRowContext(ctx, "SELECT value, fence FROM "+h.table+" WHERE id = "+ph, i).Scan(&value, &fence); err != nil {
+				return nil, err
+			}
+			rec("read", name, call, uint64(fence), strconv.FormatInt(value, 10), OK, nil)
+			ops[len(ops)-1].Store = st
 		}
-		rec("read", name, call, uint64(fence), strconv.FormatInt(value, 10), OK, nil)
 
-		call = Mono()
+		call := Mono()
 		v, tok, err := cl.Get(dctx, name)
 		if err != nil {
 			rec("kvget", name, call, 0, "", Fail, err)

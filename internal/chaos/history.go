@@ -36,6 +36,16 @@ type Op struct {
 	// ValidUntil is the lease deadline the worker believed at Return
 	// (acquire, and the writes it made under that grant).
 	ValidUntil int64 `json:"valid_until,omitempty"`
+	// Seen is when the worker read ValidUntil from the client.
+	Seen int64 `json:"seen,omitempty"`
+	// TTL is the lease TTL the worker asked for (acquire); Lease is the
+	// lease's number, whose TTL as the server granted it the proxy saw.
+	TTL   time.Duration `json:"ttl,omitempty"`
+	Lease uint64        `json:"lease,omitempty"`
+	// Store is the database of a row operation (claim, read, write); Tx
+	// says it ran inside a REPEATABLE READ transaction.
+	Store string `json:"store,omitempty"`
+	Tx    bool   `json:"tx,omitempty"`
 	// Highest is the token a stale write was refused for.
 	Highest uint64 `json:"highest,omitempty"`
 	// Err explains fail and unknown.
@@ -45,9 +55,12 @@ type Op struct {
 // Outcomes.
 const (
 	OK      = "ok"
-	Stale   = "stale"
-	Fail    = "fail"
+	Stale   = "stale" // fencing refused
+	Fail    = "fail"  // no effect
 	Unknown = "unknown"
+	// Serialization: PostgreSQL refused the write of a REPEATABLE READ
+	// transaction (SQLSTATE 40001) and it was rolled back: no effect.
+	Serialization = "serialization"
 )
 
 // Open reports whether the operation may take effect at any time after its call.
@@ -59,6 +72,12 @@ func (o *Op) String() string {
 		ret = strconv.FormatInt(o.Return, 10)
 	}
 	s := fmt.Sprintf("%s#%d %s(%s", o.Client, o.Seq, o.Kind, o.Lock)
+	if o.Store != "" {
+		s += "@" + o.Store
+		if o.Tx {
+			s += " in tx"
+		}
+	}
 	if o.Token != 0 {
 		s += fmt.Sprintf(", token %d", o.Token)
 	}

@@ -21,9 +21,21 @@ type Report struct {
 	Unknown    int `json:"unknown"`  // operations with an open outcome
 	// StaleRefused counts writes refused for a stale token: the pauses hit.
 	StaleRefused struct {
-		Postgres int `json:"postgres"`
-		KV       int `json:"kv"`
+		Postgres   int `json:"postgres"`    // claims and writes, in a transaction or not
+		PostgresTx int `json:"postgres_tx"` // of which writes inside a REPEATABLE READ transaction
+		MySQL      int `json:"mysql"`
+		MySQLTx    int `json:"mysql_tx"`
+		// Serialization counts PostgreSQL's own refusals (SQLSTATE 40001)
+		// of a transaction's write to a row changed since its snapshot.
+		Serialization int `json:"serialization"`
+		KV            int `json:"kv"`
 	} `json:"stale_refused"`
+	// Writes counts acknowledged row writes by store ("postgres", "mysql in tx", …).
+	Writes map[string]int `json:"writes"`
+	// LeaseTTLs counts the leases whose TTL the proxy saw granted (the
+	// deadline check covers their holders).
+	LeaseTTLs int          `json:"lease_ttls"`
+	Replays   ReplayCounts `json:"replays"`
 	// LostUpdates counts acknowledged row increments that were overwritten.
 	LostUpdates int         `json:"lost_updates"`
 	Faults      FaultCounts `json:"faults"`
@@ -57,7 +69,11 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  operations %d (open outcomes %d), grants %d, lease expiries %d\n", r.Operations, r.Unknown, r.Grants, r.Expiries)
 	fmt.Fprintf(w, "  faults: worker pauses %v, worker kills %d, leader kills %d, follower kills %d, leader pauses %d, partitions %d, clock shifts %d\n",
 		f.WorkerPauses, f.WorkerKills, f.LeaderKills, f.FollowerKill, f.LeaderPauses, f.Partitions, f.ClockShifts)
-	fmt.Fprintf(w, "  stale writes refused: postgres %d, kv %d; lost updates %d\n", r.StaleRefused.Postgres, r.StaleRefused.KV, r.LostUpdates)
+	fmt.Fprintf(w, "  faults: replays sent %d %v; answers %v\n", r.Replays.Sent, r.Replays.ByMethod, r.Replays.Answers)
+	s := r.StaleRefused
+	fmt.Fprintf(w, "  row writes acknowledged %v; leases with a known TTL %d\n", r.Writes, r.LeaseTTLs)
+	fmt.Fprintf(w, "  stale writes refused: postgres %d (in tx %d, plus %d serialization failures), mysql %d (in tx %d), kv %d; lost updates %d\n",
+		s.Postgres, s.PostgresTx, s.Serialization, s.MySQL, s.MySQLTx, s.KV, r.LostUpdates)
 	for _, s := range r.Inconclusive {
 		fmt.Fprintf(w, "  INCONCLUSIVE: %s\n", s)
 	}

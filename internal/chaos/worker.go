@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver (MariaDB)
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,13 +33,34 @@ type WorkerConfig struct {
 	Incarnation int           // +1 each time the harness restarts it
 	Servers     []string      // every member's gRPC address
 	PostgresURL string        // the database with Table
+	MySQLURL    string        // the MariaDB database with Table too ("": PostgreSQL only)
 	Table       string        // id BIGINT PRIMARY KEY, value BIGINT, fence BIGINT
 	Locks       int           // lock-0 … lock-(Locks-1); row id and kv key follow the lock
-	TTL         time.Duration // lease TTL
-	Fencing     bool          // false: the control run writes the row without the token check
-	History     string        // file to append operations to
-	Seed        uint64
+	TTL         time.Duration // the run's lease TTL
+	// TTLs is how this worker times its leases: TTLSession, TTLShortLocks
+	// or TTLLongLocks.
+	TTLs    string
+	Fencing bool   // false: the control run writes the row without the token check
+	History string // file to append operations to
+	Seed    uint64
 }
+
+// How a worker times its leases: the client's margin must follow each
+// lease's own TTL, not the one the client was dialled with.
+const (
+	TTLSession    = "session"     // Dial WithTTL(TTL); Lock without a TTL
+	TTLShortLocks = "short-locks" // Dial WithTTL(30s); Lock WithTTL(TTL or 2×TTL)
+	TTLLongLocks  = "long-locks"  // Dial WithTTL(TTL); Lock WithTTL(4×TTL) half the time
+)
+
+// TTLModes lists them; worker i uses TTLModes[i%3].
+var TTLModes = []string{TTLSession, TTLShortLocks, TTLLongLocks}
+
+// The stores a worker writes, each holding one row per lock.
+const (
+	StorePostgres = "postgres"
+	StoreMySQL    = "mysql" // MariaDB
+)
 
 // RunWorkerFromEnv runs the worker configured in WorkerEnv until SIGTERM.
 func RunWorkerFromEnv() error {
@@ -58,11 +81,27 @@ type worker struct {
 	rec    *recorder
 	rng    *rand.Rand
 	cl     *client.Client
-	db     *sql.DB
-	table  *fencing.Table
-	client string // current client id; changes after an unknown outcome
+	stores map[string]*store
+	names  []string // the stores' names, sorted
+	client string   // current client id; changes after an unknown outcome
 	ids    int
 	seq    int
+}
+
+// store is one database the worker writes rows of.
+type store struct {
+	name  string
+	db    *sql.DB
+	table *fencing.Table
+	ph    func(n int) string // placeholder
+}
+
+// dialTTL is the TTL the worker's client is dialled with.
+func (c WorkerConfig) dialTTL() time.Duration {
+	if c.TTLs == TTLShortLocks {
+		return 30 * time.Second
+	}
+	return c.TTL
 }
 
 func runWorker(stop context.Context, cfg WorkerConfig) error {
@@ -75,17 +114,38 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 	w.newClient()
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithTTL(cfg.TTL), client.WithOwner(w.client)); err != nil {
+	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client)); err != nil {
 		return err
 	}
 	defer w.cl.Close()
-	if w.db, err = sql.Open("pgx", cfg.PostgresURL); err != nil {
+	w.stores = map[string]*store{}
+	add := func(name, driver, url string, d *fencing.Dialect, ph func(int) string) error {
+		db, err := sql.Open(driver, url)
+		if err != nil {
+			return err
+		}
+		t, err := fencing.NewTable(fencing.TableConfig{Dialect: d, Name: cfg.Table, Key: []string{"id"}})
+		if err != nil {
+			db.Close()
+			return err
+		}
+		w.stores[name] = &store{name: name, db: db, table: t, ph: ph}
+		w.names = append(w.names, name)
+		return nil
+	}
+	if err := add(StorePostgres, "pgx", cfg.PostgresURL, fencing.Postgres, func(n int) string { return "$" + strconv.Itoa(n) }); err != nil {
 		return err
 	}
-	defer w.db.Close()
-	if w.table, err = fencing.NewTable(fencing.TableConfig{Dialect: fencing.Postgres, Name: cfg.Table, Key: []string{"id"}}); err != nil {
-		return err
+	if cfg.MySQLURL != "" {
+		if err := add(StoreMySQL, "mysql", cfg.MySQLURL, fencing.MySQL, func(int) string { return "?" }); err != nil {
+			return err
+		}
 	}
+	defer func() {
+		for _, s := range w.stores {
+			s.db.Close()
+		}
+	}()
 	for stop.Err() == nil {
 		w.iteration()
 	}
@@ -126,9 +186,26 @@ func (w *worker) ret(o *Op, outcome string, err error) {
 // starts: a pause before it does not use up its time (a pause during it does,
 // as in any real process).
 func (w *worker) timed(f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*w.cfg.TTL)
+	return w.timedFor(4*w.cfg.TTL, f)
+}
+
+func (w *worker) timedFor(d time.Duration, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return f(ctx)
+}
+
+// lockTTL picks this iteration's per-lock TTL (0: the client's own).
+func (w *worker) lockTTL() time.Duration {
+	switch w.cfg.TTLs {
+	case TTLShortLocks:
+		return time.Duration(1+w.rng.IntN(2)) * w.cfg.TTL
+	case TTLLongLocks:
+		if w.rng.IntN(2) == 0 {
+			return 4 * w.cfg.TTL
+		}
+	}
+	return 0
 }
 
 func (w *worker) iteration() {
@@ -137,18 +214,29 @@ func (w *worker) iteration() {
 	if w.rng.IntN(4) == 0 {
 		w.status(name)
 	}
+	st := w.stores[pick(w.rng, w.names)]
+	inTx := w.rng.IntN(2) == 0
+	ttl := w.lockTTL()
+	var opts []client.Option
+	if ttl != 0 {
+		opts = append(opts, client.WithTTL(ttl))
+	} else {
+		ttl = w.cfg.dialTTL()
+	}
 	acq := w.call("acquire", name, 0, "")
+	acq.TTL = ttl
 	var l *client.Lease
-	err := w.timed(func(ctx context.Context) (err error) { l, err = w.cl.Lock(ctx, name); return err })
+	// Long enough to outwait a holder with a long per-lock TTL.
+	err := w.timedFor(8*w.cfg.TTL, func(ctx context.Context) (err error) { l, err = w.cl.Lock(ctx, name, opts...); return err })
 	if err != nil {
 		w.ret(acq, Unknown, err) // a grant may have happened (and been undone)
 		time.Sleep(w.cfg.TTL / 10)
 		return
 	}
-	acq.Token, acq.ValidUntil = l.Token(), monoAt(l.Deadline())
+	acq.Token, acq.Lease, acq.ValidUntil, acq.Seen = l.Token(), l.LeaseNumber(), monoAt(l.Deadline()), Mono()
 	w.ret(acq, OK, nil)
 	tok := l.Token()
-	if w.critical(l, id, name, tok) {
+	if w.critical(l, st, inTx, id, name, tok) {
 		rel := w.call("release", name, tok, "")
 		switch err := w.timed(l.Release); {
 		case err == nil:
@@ -161,19 +249,43 @@ func (w *worker) iteration() {
 	}
 }
 
-// critical is the work under the lock. It returns false if it gave up on
-// the lease (then there is nothing to release).
-func (w *worker) critical(l *client.Lease, id int, name string, tok uint64) bool {
+// critical is the work under the lock: claim the row (committed on its
+// own), read it — inside a REPEATABLE READ transaction when inTx, so that
+// the read fixes the transaction's snapshot — check the lease, work (where
+// pauses land), write value+1 with the guarded update (inside the same
+// transaction, then commit), then get and put the fenced key. It returns
+// false if it gave up on the lease (then there is nothing to release).
+func (w *worker) critical(l *client.Lease, st *store, inTx bool, id int, name string, tok uint64) bool {
+	op := func(kind string, token uint64, value string) *Op {
+		o := w.call(kind, name, token, value)
+		o.Store, o.Tx = st.name, inTx
+		return o
+	}
 	if w.cfg.Fencing {
-		claim := w.call("claim", name, tok, "")
-		if !w.dbResult(claim, w.timed(func(ctx context.Context) error { return w.table.Claim(ctx, w.db, tok, id) })) {
+		claim := op("claim", tok, "")
+		if !w.dbResult(claim, w.timed(func(ctx context.Context) error { return st.table.Claim(ctx, st.db, tok, id) })) {
 			return true
 		}
 	}
-	read := w.call("read", name, 0, "")
+	var tx *sql.Tx
+	var q interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	} = st.db
+	if inTx {
+		// The transaction's own context is not timed per call: it lives
+		// from the read to the commit, through the work and any pause.
+		var err error
+		if tx, err = st.db.BeginTx(context.Background(), &sql.TxOptions{Isolation: sql.LevelRepeatableRead}); err != nil {
+			return true
+		}
+		defer tx.Rollback() //nolint:errcheck // after a commit it does nothing
+		q = tx
+	}
+	read := op("read", 0, "")
 	var value, fence int64
 	if err := w.timed(func(ctx context.Context) error {
-		return w.db.QueryRowContext(ctx, "SELECT value, fence FROM "+w.cfg.Table+" WHERE id = $1", id).Scan(&value, &fence)
+		return q.QueryRowContext(ctx, "SELECT value, fence FROM "+w.cfg.Table+" WHERE id = "+st.ph(1), id).Scan(&value, &fence)
 	}); err != nil {
 		w.ret(read, Unknown, err)
 		return true
@@ -184,13 +296,23 @@ func (w *worker) critical(l *client.Lease, id int, name string, tok uint64) bool
 	if err := l.Err(); err != nil {
 		return false // a careful holder checks its lease before the work...
 	}
-	valid := monoAt(l.Deadline())
+	valid, seen := monoAt(l.Deadline()), Mono()
 	// ...but the work takes time, and a pause here outlives the lease: only
 	// the token stops the write that follows.
 	time.Sleep(time.Duration(w.rng.Int64N(int64(w.cfg.TTL / 2))))
-	write := w.call("write", name, tok, strconv.FormatInt(value+1, 10))
-	write.ValidUntil = valid
-	if !w.dbResult(write, w.timed(func(ctx context.Context) error { return w.write(ctx, tok, id, value+1) })) {
+	write := op("write", tok, strconv.FormatInt(value+1, 10))
+	write.ValidUntil, write.Seen = valid, seen
+	err := w.timed(func(ctx context.Context) error { return w.write(ctx, st, q, tok, id, value+1) })
+	if tx != nil {
+		if err != nil {
+			if !errors.Is(err, fencing.ErrStale) {
+				err = &noEffect{err} // rolled back: the write never happened
+			}
+		} else if err = tx.Commit(); err != nil {
+			err = fmt.Errorf("commit: %w", err) // it may have committed
+		}
+	}
+	if !w.dbResult(write, err) {
 		return true
 	}
 
@@ -207,23 +329,31 @@ func (w *worker) critical(l *client.Lease, id int, name string, tok uint64) bool
 		w.ret(get, Unknown, err)
 	}
 	put := w.call("kvput", name, tok, fmt.Sprintf("%s#%d", w.client, w.seq+1))
-	put.ValidUntil = valid
+	put.ValidUntil, put.Seen = valid, seen
 	w.dbResult(put, w.timed(func(ctx context.Context) error { return w.cl.Put(ctx, name, []byte(put.Value), tok) }))
 	return true
 }
 
+// noEffect wraps the error of a write whose transaction was rolled back.
+type noEffect struct{ err error }
+
+func (e *noEffect) Error() string { return "rolled back: " + e.err.Error() }
+func (e *noEffect) Unwrap() error { return e.err }
+
 // write stores the row's new value under the token: through the fencing
 // package, or, in the control run, with the same statement minus the check.
-func (w *worker) write(ctx context.Context, tok uint64, id int, value int64) error {
+func (w *worker) write(ctx context.Context, st *store, db fencing.DB, tok uint64, id int, value int64) error {
 	if w.cfg.Fencing {
-		return w.table.Update(ctx, w.db, tok, id, map[string]any{"value": value})
+		return st.table.Update(ctx, db, tok, id, map[string]any{"value": value})
 	}
-	_, err := w.db.ExecContext(ctx, "UPDATE "+w.cfg.Table+" SET value = $1, fence = $2 WHERE id = $3", value, int64(tok), id)
+	_, err := db.ExecContext(ctx, "UPDATE "+w.cfg.Table+" SET value = "+st.ph(1)+", fence = "+st.ph(2)+" WHERE id = "+st.ph(3), value, int64(tok), id)
 	return err
 }
 
 // dbResult records a fenced write's outcome and reports whether it went through.
 func (w *worker) dbResult(o *Op, err error) bool {
+	var ne *noEffect
+	var pe *pgconn.PgError
 	switch {
 	case err == nil:
 		w.ret(o, OK, nil)
@@ -234,6 +364,13 @@ func (w *worker) dbResult(o *Op, err error) bool {
 			o.Highest = uint64(se.Highest)
 		}
 		w.ret(o, Stale, err)
+	case errors.As(err, &ne) && errors.As(err, &pe) && pe.Code == "40001":
+		// PostgreSQL's REPEATABLE READ refusing a write to a row changed
+		// since the snapshot: the other way a stale write in a
+		// transaction is refused (see fencing.Table.Update).
+		w.ret(o, Serialization, err)
+	case errors.As(err, &ne):
+		w.ret(o, Fail, err)
 	default:
 		w.ret(o, Unknown, err)
 	}

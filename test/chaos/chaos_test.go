@@ -37,6 +37,7 @@ func runChaos(t *testing.T, cfg chaos.Config, tags ...string) *chaos.Report {
 		t.Skip(err)
 	}
 	dbtest.Open(t, dbtest.Postgres()) // starts PostgreSQL if it is down
+	dbtest.Open(t, dbtest.MySQL())    // and MariaDB
 	dir, err := os.MkdirTemp("", "fence-chaos-")
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +54,7 @@ func runChaos(t *testing.T, cfg chaos.Config, tags ...string) *chaos.Report {
 	}
 	cfg.WorkerCommand = []string{os.Args[0]}
 	cfg.PostgresURL = dbtest.Postgres().DSN
+	cfg.MySQLURL = dbtest.MySQL().DSN
 	cfg.OutDir = dir
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(time.Now().UnixNano())
@@ -99,7 +101,7 @@ func TestChaos(t *testing.T) {
 	if r.Grants == 0 || r.Expiries == 0 {
 		t.Fatalf("the run did too little to prove anything: %d grants, %d expiries", r.Grants, r.Expiries)
 	}
-	if r.StaleRefused.Postgres+r.StaleRefused.KV == 0 {
+	if s := r.StaleRefused; s.Postgres+s.MySQL+s.Serialization+s.KV == 0 {
 		t.Fatalf("seed %d: no stale write was refused: no pause landed between a holder's check and its write", r.Seed)
 	}
 }

@@ -8,7 +8,8 @@
 //	go run ./test/chaos --fencing=false           # control: must find lost updates
 //	go run ./test/chaos --bug regrant             # a planted bug: must be caught
 //
-// It needs root (network and time namespaces), iproute2 and PostgreSQL.
+// It needs root (network and time namespaces), iproute2, PostgreSQL and
+// MariaDB.
 // Exit status: 0 when the run found what it should (no violation; for the
 // control run and planted bugs, the expected one), 1 otherwise, 2 on bad
 // flags.
@@ -103,6 +104,13 @@ func run(cfg chaos.Config, bug string, tags []string) int {
 	}
 	db.Close()
 	cfg.PostgresURL = pg.DSN
+	my := dbtest.MySQL()
+	if db, err = dbtest.Connect(my, func(f string, a ...any) { fmt.Printf("chaos: "+f+"\n", a...) }); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 1
+	}
+	db.Close()
+	cfg.MySQLURL = my.DSN
 	cfg.Log = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -1,0 +1,238 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/api"
+)
+
+// The proxy sits between the workers and the servers: one listener per
+// member, in the harness process, forwarding every call (unary or stream)
+// byte for byte to the member the worker dialled. It sees every request and
+// answer as the wire carries them, so it can capture the mutating ones for
+// the replayer (replay.go) and learn each lease's TTL as the server granted
+// it (CreateLease's answer), which the checks use instead of what a worker
+// asked for. It lives outside the workers so that a paused or killed worker
+// does not stop its requests from being replayed later, as a real network
+// duplicate outlives its sender.
+
+// Methods of the Fence service the proxy knows by name.
+const (
+	methodPrefix      = "/fence.v1.Fence/"
+	methodCreateLease = methodPrefix + "CreateLease"
+	methodAcquire     = methodPrefix + "Acquire"
+	methodRelease     = methodPrefix + "Release"
+	methodRevoke      = methodPrefix + "Revoke"
+	methodPut         = methodPrefix + "Put"
+	methodForce       = methodPrefix + "ForceRelease"
+)
+
+// rawCodec passes messages through as bytes. Its name is "proto", so the
+// content type on both sides stays application/grpc+proto.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// capture is one mutating call as it crossed the proxy: the request bytes
+// exactly as the worker sent them, and the first answer the worker got.
+type capture struct {
+	member int
+	method string
+	req    []byte
+	ok     bool // the answer was OK: resp, else err
+	resp   []byte
+	err    *status.Status
+	at     int64 // Mono when the answer passed
+}
+
+// proxy forwards to the cluster's members.
+type proxy struct {
+	addrs    []string // what workers dial, one per member
+	backends []*grpc.ClientConn
+	servers  []*grpc.Server
+	captured chan<- capture // non-blocking sends; nil: capture nothing
+
+	mu   sync.Mutex
+	ttls map[uint64]time.Duration // guarded by mu; lease number → TTL the server granted
+}
+
+// dialMembers connects to each member as the client does (keepalive pings
+// find a blackholed member within ~3 s), passing messages through as bytes.
+func dialMembers(addrs []string) ([]*grpc.ClientConn, error) {
+	var conns []*grpc.ClientConn
+	for _, addr := range addrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: time.Second, PermitWithoutStream: true}),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+		if err != nil {
+			closeConns(conns)
+			return nil, err
+		}
+		conn.Connect()
+		conns = append(conns, conn)
+	}
+	return conns, nil
+}
+
+func closeConns(conns []*grpc.ClientConn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+func newProxy(members []string, captured chan<- capture) (*proxy, error) {
+	p := &proxy{captured: captured, ttls: map[uint64]time.Duration{}}
+	var err error
+	if p.backends, err = dialMembers(members); err != nil {
+		return nil, err
+	}
+	for i := range members {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+			grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error { return p.forward(i, ss) }))
+		p.servers = append(p.servers, srv)
+		p.addrs = append(p.addrs, ln.Addr().String())
+		go func() { _ = srv.Serve(ln) }()
+	}
+	return p, nil
+}
+
+// forward relays one call to member i: messages both ways, headers,
+// trailers, the deadline (through the context) and the final status.
+func (p *proxy) forward(i int, ss grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(ss)
+	if !ok {
+		return status.Error(codes.Internal, "chaos proxy: no method")
+	}
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	if md, ok := metadata.FromIncomingContext(ss.Context()); ok {
+		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
+	}
+	cs, err := p.backends[i].NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	if err != nil {
+		return err
+	}
+	var first []byte // the request of a unary call
+	up := make(chan error, 1)
+	go func() {
+		for {
+			var m []byte
+			if err := ss.RecvMsg(&m); err != nil {
+				if errors.Is(err, io.EOF) {
+					up <- cs.CloseSend()
+					return
+				}
+				cancel()
+				up <- err
+				return
+			}
+			if first == nil {
+				first = m
+			}
+			if err := cs.SendMsg(&m); err != nil {
+				up <- nil // the backend's status comes from RecvMsg below
+				return
+			}
+		}
+	}()
+	if md, err := cs.Header(); err == nil && md != nil {
+		_ = ss.SendHeader(md)
+	}
+	var last []byte
+	var rerr error
+	for {
+		var m []byte
+		if rerr = cs.RecvMsg(&m); rerr != nil {
+			break
+		}
+		last = m
+		if err := ss.SendMsg(&m); err != nil {
+			cancel()
+			rerr = err
+			break
+		}
+	}
+	ss.SetTrailer(cs.Trailer())
+	if errors.Is(rerr, io.EOF) {
+		rerr = nil
+	}
+	if _, mutating := newRequest[method]; mutating { // a duplicate of it must never be acted on twice
+		<-up // the one request has been read
+		p.observe(i, method, first, last, rerr)
+	}
+	return rerr
+}
+
+// observe learns lease TTLs and hands the call to the replayer.
+func (p *proxy) observe(member int, method string, req, resp []byte, err error) {
+	if req == nil {
+		return
+	}
+	c := capture{member: member, method: method, req: req, at: Mono()}
+	if err == nil {
+		c.ok, c.resp = true, resp
+		if method == methodCreateLease {
+			var r api.CreateLeaseResponse
+			if proto.Unmarshal(resp, &r) == nil && r.Ttl != nil {
+				p.mu.Lock()
+				p.ttls[r.LeaseNumber] = r.Ttl.AsDuration()
+				p.mu.Unlock()
+			}
+		}
+	} else {
+		c.err, _ = status.FromError(err) // also a call the worker gave up on: it may have been acted on
+	}
+	if p.captured != nil {
+		select {
+		case p.captured <- c:
+		default: // the replayer is behind: skip this one
+		}
+	}
+}
+
+// leaseTTLs returns the TTLs the servers granted, by lease number.
+func (p *proxy) leaseTTLs() map[uint64]time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[uint64]time.Duration, len(p.ttls))
+	for k, v := range p.ttls {
+		out[k] = v
+	}
+	return out
+}
+
+func (p *proxy) close() {
+	for _, s := range p.servers {
+		s.Stop()
+	}
+	closeConns(p.backends)
+}

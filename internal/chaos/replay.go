@@ -1,0 +1,235 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/api"
+)
+
+// FaultReplay re-sends captured mutating requests, byte-identical (same
+// request id, same seq and ack), at random later moments: a network or a
+// load balancer that duplicates and delays. Replays are not client
+// operations and are not recorded in the histories; a server that acted on
+// one shows up in the checks of what the servers did (audit trails,
+// validity windows, the lock and register models) and, for an Acquire that
+// a replay answered with a new grant, in "a late duplicate is never acted on".
+const FaultReplay = "replay"
+
+// Replay answers, as the summary counts them.
+const (
+	ReplayFromMemory = "ok-same-answer" // OK with the first answer the worker got (from the server's memory)
+	ReplayOKUnseen   = "ok-unseen"      // OK, but no earlier OK answer of this request passed the proxy (+ method)
+	ReplayAnswered   = "already-answered"
+	ReplayActedAgain = "acted-again" // OK with a different answer: a violation
+)
+
+// ReplayCounts says how many requests were replayed and how the servers
+// answered them.
+type ReplayCounts struct {
+	Sent     int            `json:"sent"`
+	ByMethod map[string]int `json:"by_method"`
+	// Answers by kind: the constants above, or "other <method> <code>".
+	Answers map[string]int `json:"answers"`
+}
+
+// answeredMarker is in the message of the FAILED_PRECONDITION a call below
+// the ack floor gets. The API gives that refusal no detail of its own, so
+// the message is all there is to tell it from other FAILED_PRECONDITIONs.
+const answeredMarker = "already answered"
+
+// replayer receives the proxy's captures and re-sends some of them later,
+// over connections of its own.
+type replayer struct {
+	conns []*grpc.ClientConn
+	rng   *rand.Rand // used only by run's goroutine
+	ttl   time.Duration
+	in    chan capture
+	note  func(format string, args ...any)
+
+	wg sync.WaitGroup
+
+	mu      sync.Mutex
+	counts  ReplayCounts      // guarded by mu
+	firstOK map[string][]byte // guarded by mu; request id → the OK answer the worker got
+	acted   []Violation       // guarded by mu
+}
+
+func newReplayer(members []string, seed uint64, ttl time.Duration, note func(string, ...any)) (*replayer, error) {
+	r := &replayer{rng: rand.New(rand.NewPCG(seed, 3)), ttl: ttl, in: make(chan capture, 4096), note: note,
+		counts:  ReplayCounts{ByMethod: map[string]int{}, Answers: map[string]int{}},
+		firstOK: map[string][]byte{}}
+	var err error
+	if r.conns, err = dialMembers(members); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// withRequestID is every mutating request.
+type withRequestID interface {
+	proto.Message
+	GetRequestId() []byte
+}
+
+// newRequest makes an empty request of each mutating method.
+var newRequest = map[string]func() withRequestID{
+	methodCreateLease: func() withRequestID { return &api.CreateLeaseRequest{} },
+	methodAcquire:     func() withRequestID { return &api.AcquireRequest{} },
+	methodRelease:     func() withRequestID { return &api.ReleaseRequest{} },
+	methodRevoke:      func() withRequestID { return &api.RevokeRequest{} },
+	methodPut:         func() withRequestID { return &api.PutRequest{} },
+	methodForce:       func() withRequestID { return &api.ForceReleaseRequest{} },
+}
+
+// requestID reads the request id of a mutating request.
+func requestID(method string, req []byte) string {
+	mk, ok := newRequest[method]
+	if !ok {
+		return ""
+	}
+	m := mk()
+	if proto.Unmarshal(req, m) != nil {
+		return ""
+	}
+	return string(m.GetRequestId())
+}
+
+// run schedules replays until ctx ends (enabled false: it only drains the
+// captures). Each chosen capture is re-sent once, 10 ms to 5 TTLs after
+// its answer passed: soon (while the call may still be unacknowledged and
+// answered from memory), within a TTL, or several TTLs later (after the
+// client has acknowledged it, and often after the lease has ended).
+func (r *replayer) run(ctx context.Context, enabled bool) {
+	for {
+		var c capture
+		select {
+		case <-ctx.Done():
+			return
+		case c = <-r.in:
+		}
+		id := requestID(c.method, c.req)
+		if c.ok && id != "" {
+			r.mu.Lock()
+			if _, ok := r.firstOK[id]; !ok {
+				r.firstOK[id] = c.resp
+			}
+			r.mu.Unlock()
+		}
+		if !enabled {
+			continue
+		}
+		odds := 4
+		if c.method == methodAcquire || c.method == methodRelease {
+			odds = 2
+		}
+		if r.rng.IntN(odds) != 0 {
+			continue
+		}
+		var d time.Duration
+		switch r.rng.IntN(3) {
+		case 0:
+			d = between(r.rng, 10*time.Millisecond, 100*time.Millisecond)
+		case 1:
+			d = between(r.rng, 100*time.Millisecond, r.ttl)
+		default:
+			d = between(r.rng, r.ttl, 5*r.ttl)
+		}
+		wait := time.Duration(c.at + int64(d) - Mono())
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if sleep(ctx, wait) {
+				r.send(c, id)
+			}
+		}()
+	}
+}
+
+// send re-sends c to the member it first went to and, while the answer is
+// "not the leader" (UNAVAILABLE), to the others in turn.
+func (r *replayer) send(c capture, id string) {
+	method := strings.TrimPrefix(c.method, methodPrefix)
+	var resp []byte
+	var err error
+	for k := range r.conns {
+		ctx, cancel := context.WithTimeout(context.Background(), r.ttl+2*time.Second)
+		req := c.req
+		resp = nil
+		err = r.conns[(c.member+k)%len(r.conns)].Invoke(ctx, c.method, &req, &resp)
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			break
+		}
+	}
+	answer := ""
+	switch st, _ := status.FromError(err); {
+	case err == nil:
+		r.mu.Lock()
+		first, seen := r.firstOK[id]
+		r.mu.Unlock()
+		switch {
+		case !seen:
+			answer = ReplayOKUnseen + " " + method
+		case bytes.Equal(first, resp):
+			answer = ReplayFromMemory
+		case sameGrant(c.method, first, resp):
+			answer = "ok-different " + method // allowed: see sameGrant
+		default:
+			answer = ReplayActedAgain
+		}
+		if answer == ReplayActedAgain {
+			r.mu.Lock()
+			r.acted = append(r.acted, Violation{Check: "a late duplicate is never acted on", Detail: fmt.Sprintf(
+				"%s replayed %v after its first answer: the first answer was %x, the replay's %x", method,
+				time.Duration(Mono()-c.at).Round(time.Millisecond), first, resp)})
+			r.mu.Unlock()
+		}
+	case st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), answeredMarker):
+		answer = ReplayAnswered
+	default:
+		answer = "other " + method + " " + st.Code().String()
+	}
+	r.note("replay %s (first answered %v ago): %s", method, time.Duration(Mono()-c.at).Round(time.Millisecond), answer)
+	r.mu.Lock()
+	r.counts.Sent++
+	r.counts.ByMethod[method]++
+	r.counts.Answers[answer]++
+	r.mu.Unlock()
+}
+
+// sameGrant reports whether two OK answers of a call mean the same thing:
+// for Acquire, the same token (a different one is a second grant); other
+// calls' answers may differ on a retry by design (a CreateLease retry after
+// the lease ended starts a new lease, a Revoke retry releases nothing).
+func sameGrant(method string, a, b []byte) bool {
+	if method != methodAcquire {
+		return true
+	}
+	var x, y api.AcquireResponse
+	if proto.Unmarshal(a, &x) != nil || proto.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return x.Token == y.Token
+}
+
+// wait waits for the replays in flight; call it after run returned.
+func (r *replayer) wait() { r.wg.Wait() }
+
+func (r *replayer) result() (ReplayCounts, []Violation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts, r.acted
+}
+
+func (r *replayer) close() { closeConns(r.conns) }
