@@ -200,7 +200,7 @@ func (r *replayer) send(c capture, id string) {
 	default:
 		answer = "other " + method + " " + st.Code().String()
 	}
-	r.note("replay %s (first answered %v ago): %s", method, time.Duration(Mono()-c.at).Round(time.Millisecond), answer)
+	r.note("replay %s (first answered %v ago): %s (%v)", method, time.Duration(Mono()-c.at).Round(time.Millisecond), answer, err)
 	r.mu.Lock()
 	r.counts.Sent++
 	r.counts.ByMethod[method]++
