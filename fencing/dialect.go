@@ -46,6 +46,16 @@ var (
 
 func (d *Dialect) String() string { return d.name }
 
+// onConflictDoNothing ends an INSERT so that a row whose key column already
+// exists is left alone and counted as 0 rows. (Not MySQL's INSERT IGNORE,
+// which also turns other errors, such as a key too long, into warnings.)
+func (d *Dialect) onConflictDoNothing(keyColumn string) string {
+	if d == MySQL {
+		return " ON DUPLICATE KEY UPDATE " + keyColumn + " = " + keyColumn
+	}
+	return " ON CONFLICT (" + keyColumn + ") DO NOTHING"
+}
+
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // quote quotes an identifier, optionally schema-qualified (a.b). Identifiers

@@ -199,15 +199,8 @@ func (s *SQLStore) Advance(ctx context.Context, key string, token Token, limit L
 			return 0, false, err
 		}
 		q := &query{d: s.table.cfg.Dialect}
-		if q.d == MySQL {
-			q.text("INSERT IGNORE INTO ", s.table.name)
-		} else {
-			q.text("INSERT INTO ", s.table.name)
-		}
-		q.text(" (resource_key, fence) VALUES (").arg(key).text(", ").arg(int64(token)).text(")")
-		if q.d != MySQL {
-			q.text(" ON CONFLICT (resource_key) DO NOTHING")
-		}
+		q.text("INSERT INTO ", s.table.name, " (resource_key, fence) VALUES (").arg(key).text(", ").arg(int64(token)).text(")",
+			q.d.onConflictDoNothing("resource_key"))
 		res, err := s.db.ExecContext(ctx, q.sql.String(), q.args...)
 		if err != nil {
 			return 0, false, err

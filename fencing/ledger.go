@@ -174,12 +174,7 @@ func (l *Ledger) claim(ctx context.Context, db DB, key string, token Token) (cla
 	for attempt := 0; attempt < 3; attempt++ {
 		q := &query{d: l.d}
 		q.text("INSERT INTO ", l.table, " (action_key, token, state, started_at) VALUES (").arg(key).text(", ").
-			arg(int64(token)).text(", ").arg(LedgerStarted).text(", ", l.d.nowMicros, ")")
-		if l.d == MySQL {
-			q.text(" ON DUPLICATE KEY UPDATE action_key = action_key") // 0 rows: the key exists
-		} else {
-			q.text(" ON CONFLICT (action_key) DO NOTHING")
-		}
+			arg(int64(token)).text(", ").arg(LedgerStarted).text(", ", l.d.nowMicros, ")", l.d.onConflictDoNothing("action_key"))
 		if n, err := l.exec(ctx, db, key, q); err != nil || n == 1 {
 			return n == 1, err
 		}

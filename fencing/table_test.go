@@ -295,7 +295,7 @@ func TestInTx(t *testing.T) {
 			tx.Exec(fmt.Sprintf("UPDATE %s SET amount = 999 WHERE id = 2", name))
 			return boom
 		})
-		if !errors.Is(err, boom) {
+		if err != boom { // fn's error as it is
 			t.Fatalf("InTx error: %v", err)
 		}
 		if a, f := row(t, h, name, 1); a != 100 || f != 5 {

@@ -107,9 +107,18 @@ func TestPgx(t *testing.T) {
 	// fn that ends the transaction itself and fails: its error, nothing about the closed tx.
 	boom := errors.New("boom")
 	err = fencingpgx.InTx(ctx, pool, tbl, 8, 1, func(tx pgx.Tx) error { tx.Rollback(ctx); return boom })
-	if !errors.Is(err, boom) || errors.Is(err, pgx.ErrTxClosed) {
+	if err != boom {
 		t.Fatalf("InTx whose fn rolled back: %v", err)
 	}
+	// A rollback that fails (the connection died) is reported with fn's error.
+	err = fencingpgx.InTx(ctx, pool, tbl, 8, 1, func(tx pgx.Tx) error {
+		tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+		return boom
+	})
+	if !errors.Is(err, boom) || err == boom {
+		t.Fatalf("InTx whose connection died: %v; want boom and the failed rollback", err)
+	}
+	t.Logf("InTx whose connection died: %v", err)
 }
 
 // TestPgxStaleInCallersTx: a write through the caller's pgx transaction,
