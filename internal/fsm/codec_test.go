@@ -1,0 +1,121 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The codec tests spell entries out byte by byte, from the format in the
+// comment at the top of codec.go, so a decoder that drifts from it fails.
+
+func rep(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+
+func cat(parts ...[]byte) []byte { return slices.Concat(parts...) }
+
+// TestEncodeBatchBytes: the exact bytes of an Acquire and a Tick.
+func TestEncodeBatchBytes(t *testing.T) {
+	cmds := []Command{
+		{Kind: KindAcquire, RequestID: RequestID{7}, Lease: LeaseID{9}, Seq: 300, Ack: 2, Name: "ab", Wait: true, LockDelay: 5},
+		{Kind: KindTick, Elapsed: 100 * time.Millisecond},
+	}
+	want := cat(
+		[]byte{2, 2},                                            // version 2, two commands
+		[]byte{5}, []byte{7}, rep(0, 15), []byte{9}, rep(0, 15), // acquire, request id, lease
+		[]byte{0xac, 0x02, 2},              // seq 300, ack 2
+		[]byte{2, 'a', 'b', 1, 5},          // name, wait, lock-delay 5ns
+		[]byte{10, 0x80, 0xc2, 0xd7, 0x2f}, // tick of 100,000,000 ns
+	)
+	got := EncodeBatch(nil, cmds)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("EncodeBatch:\n got %x\nwant %x", got, want)
+	}
+	back, err := DecodeBatch(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 2 || back[0].Seq != 300 || back[0].Ack != 2 || back[0].Name != "ab" || !back[0].Wait || back[0].LockDelay != 5 ||
+		back[0].RequestID != (RequestID{7}) || back[0].Lease != (LeaseID{9}) || back[1].Elapsed != 100*time.Millisecond {
+		t.Fatalf("decoded %+v", back)
+	}
+}
+
+// TestDecodeBatchEdges: entries at the edge of a rule are accepted: no
+// commands, a 16-byte id that ends the entry, strings of the limit's length
+// and strings that end the entry.
+func TestDecodeBatchEdges(t *testing.T) {
+	name256 := rep('n', MaxNameLen)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want []Command
+	}{
+		{"no commands", []byte{2, 0}, []Command{}},
+		{"renew: the lease id ends the entry", cat([]byte{2, 1, 2, 1}, rep(0, 15)), []Command{{Kind: KindRenew, Lease: LeaseID{1}}}},
+		{"set-node: the address ends the entry", []byte{2, 1, 11, 1, 'a', 3, 'h', ':', '1'}, []Command{{Kind: KindSetNode, Name: "a", Addr: "h:1"}}},
+		{"grant-next: a name of 256 bytes", cat([]byte{2, 1, 8, 0x80, 0x02}, name256, []byte{1}), []Command{{Kind: KindGrantNext, Name: string(name256), Token: 1}}},
+		{"tick of a minute", []byte{2, 1, 10, 0x80, 0xb0, 0x9d, 0xc2, 0xdf, 0x01}, []Command{{Kind: KindTick, Elapsed: time.Minute}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeBatch(tc.b)
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("decoded %d commands, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				if got[i].Kind != tc.want[i].Kind || got[i].Lease != tc.want[i].Lease || got[i].Name != tc.want[i].Name ||
+					got[i].Addr != tc.want[i].Addr || got[i].Token != tc.want[i].Token || got[i].Elapsed != tc.want[i].Elapsed {
+					t.Fatalf("command %d: %+v, want %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDecodeBatchRefuses: each entry breaks one rule and is refused with
+// ErrCorrupt, never taken for an old format.
+func TestDecodeBatchRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"newer version", []byte{3, 0}},
+		{"count missing", []byte{2}},
+		{"count above the bytes left", []byte{2, 2, 10, 0}},
+		{"trailing byte", []byte{2, 1, 10, 0, 0}},
+		{"unknown kind", []byte{2, 1, 99}},
+		{"kind 0", []byte{2, 1, 0}},
+		{"truncated lease id", cat([]byte{2, 1, 2}, rep(1, 15))},
+		{"truncated varint", []byte{2, 1, 10, 0x80}},
+		{"non-canonical varint", []byte{2, 1, 10, 0x80, 0x00}},
+		{"boolean 2", cat([]byte{2, 1, 5}, rep(1, 32), []byte{1, 0, 1, 'a', 2, 0})},
+		{"name of 257 bytes", cat([]byte{2, 1, 8, 0x81, 0x02}, rep('n', MaxNameLen+1), []byte{1})},
+		{"string past the end", []byte{2, 1, 11, 1, 'a', 4, 'h', ':', '1'}},
+		{"duration above 2^62", []byte{2, 1, 10, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40}},
+		{"tick above a minute", []byte{2, 1, 10, 0x81, 0xb0, 0x9d, 0xc2, 0xdf, 0x01}},
+		{"invalid command (token 0)", []byte{2, 1, 8, 1, 'a', 0}},
+		{"second command invalid", []byte{2, 2, 10, 0, 8, 1, 'a', 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmds, err := DecodeBatch(tc.b)
+			if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrOldFormat) || cmds != nil {
+				t.Fatalf("DecodeBatch(%x) = %d commands, %v; want ErrCorrupt", tc.b, len(cmds), err)
+			}
+		})
+	}
+}
+
+// TestDecodeBatchOldFormat: version 1 entries (before call numbers) are
+// refused as an old format.
+func TestDecodeBatchOldFormat(t *testing.T) {
+	for _, b := range [][]byte{{1, 0}, {0, 0}} {
+		if _, err := DecodeBatch(b); !errors.Is(err, ErrOldFormat) || errors.Is(err, ErrCorrupt) {
+			t.Fatalf("version %d: %v, want ErrOldFormat", b[0], err)
+		}
+	}
+}

@@ -1,0 +1,352 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The snapshot tests write snapshots by hand, from the format in the comment
+// at the top of snapshot.go (not with Marshal), so that each case can break
+// exactly one rule Unmarshal must check, and the valid cases sit right at the
+// edge of each rule.
+
+type snapLease struct {
+	id        LeaseID
+	number    uint64
+	ttl       time.Duration
+	owner     string
+	createReq RequestID
+	renewals  uint64
+	renewedAt time.Duration
+	acked     uint64
+	calls     []call
+}
+
+type snapLock struct {
+	name      string
+	holder    LeaseID
+	token     uint64
+	lockDelay time.Duration
+	delayed   bool
+	delayFrom time.Duration
+	waiters   []waiter
+}
+
+type snapKV struct {
+	key, value string
+	token      uint64
+}
+
+type snapNode struct{ id, addr string }
+
+type snap struct {
+	version  byte
+	token    uint64
+	clock    time.Duration
+	leaseSeq uint64
+	leases   []snapLease
+	locks    []snapLock
+	kv       []snapKV
+	nodes    []snapNode
+	trailing []byte
+}
+
+func putUvarint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
+
+func putString(b []byte, s string) []byte { return append(putUvarint(b, uint64(len(s))), s...) }
+
+func (s snap) bytes() []byte {
+	b := []byte{s.version}
+	b = putUvarint(b, s.token)
+	b = putUvarint(b, uint64(s.clock))
+	b = putUvarint(b, s.leaseSeq)
+	b = putUvarint(b, uint64(len(s.leases)))
+	for _, l := range s.leases {
+		b = append(b, l.id[:]...)
+		b = putUvarint(b, l.number)
+		b = putUvarint(b, uint64(l.ttl))
+		b = putString(b, l.owner)
+		b = append(b, l.createReq[:]...)
+		b = putUvarint(b, l.renewals)
+		b = putUvarint(b, uint64(l.renewedAt))
+		b = putUvarint(b, l.acked)
+		b = putUvarint(b, uint64(len(l.calls)))
+		for _, k := range l.calls {
+			b = putUvarint(b, k.seq)
+			b = append(b, k.req[:]...)
+			b = append(b, byte(k.kind), byte(k.code))
+			b = putUvarint(b, k.token)
+		}
+	}
+	b = putUvarint(b, uint64(len(s.locks)))
+	for _, k := range s.locks {
+		b = putString(b, k.name)
+		b = append(b, k.holder[:]...)
+		b = putUvarint(b, k.token)
+		b = putUvarint(b, uint64(k.lockDelay))
+		if k.delayed {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		b = putUvarint(b, uint64(k.delayFrom))
+		b = putUvarint(b, uint64(len(k.waiters)))
+		for _, w := range k.waiters {
+			b = append(b, w.lease[:]...)
+			b = putUvarint(b, w.seq)
+			b = putUvarint(b, uint64(w.lockDelay))
+		}
+	}
+	b = putUvarint(b, uint64(len(s.kv)))
+	for _, e := range s.kv {
+		b = putString(b, e.key)
+		b = putString(b, e.value)
+		b = putUvarint(b, e.token)
+	}
+	b = putUvarint(b, uint64(len(s.nodes)))
+	for _, n := range s.nodes {
+		b = putString(b, n.id)
+		b = putString(b, n.addr)
+	}
+	return append(b, s.trailing...)
+}
+
+// baseSnap is a valid state at several edges at once: lease 2's number is
+// the last one handed out, lease 1's first remembered call is numbered at
+// its floor (acked), a grant's token and a key's token equal the counter.
+//
+//	lease 1 (#1): holds "a" (token 5, call 2), waits for "b" (call 3, queued)
+//	lease 2 (#2): holds "b" (token 4, call 1), one release answered (call 2)
+func baseSnap() snap {
+	return snap{
+		version: 3, token: 5, clock: 10 * time.Second, leaseSeq: 2,
+		leases: []snapLease{
+			{id: LeaseID{1}, number: 1, ttl: 10 * time.Second, owner: "me", createReq: RequestID{1}, renewals: 2, renewedAt: 3 * time.Second, acked: 2,
+				calls: []call{{seq: 2, req: RequestID{10}, kind: KindAcquire, code: OK, token: 5}, {seq: 3, req: RequestID{11}, kind: KindAcquire, code: Queued}}},
+			{id: LeaseID{2}, number: 2, ttl: time.Second, createReq: RequestID{2}, acked: 1,
+				calls: []call{{seq: 1, req: RequestID{12}, kind: KindAcquire, code: OK, token: 4}, {seq: 2, req: RequestID{13}, kind: KindRelease, code: NotHolder}}},
+		},
+		locks: []snapLock{
+			{name: "a", holder: LeaseID{1}, token: 5, lockDelay: time.Second},
+			{name: "b", holder: LeaseID{2}, token: 4, waiters: []waiter{{lease: LeaseID{1}, seq: 3, lockDelay: 2 * time.Second}}},
+		},
+		kv:    []snapKV{{key: "k", value: "v", token: 5}},
+		nodes: []snapNode{{id: "n1", addr: "127.0.0.1:7000"}, {id: "n2", addr: "127.0.0.1:7001"}},
+	}
+}
+
+// TestUnmarshalHandWritten: a hand-written snapshot decodes to the state it
+// describes (literal expectations), and Marshal writes the same bytes back.
+func TestUnmarshalHandWritten(t *testing.T) {
+	b := baseSnap().bytes()
+	s, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Token() != 5 || s.Clock() != 10*time.Second || s.NumLeases() != 2 || s.NumLocks() != 2 || s.NumWaiters() != 1 {
+		t.Fatalf("token %d clock %v leases %d locks %d waiters %d", s.Token(), s.Clock(), s.NumLeases(), s.NumLocks(), s.NumWaiters())
+	}
+	l1, ok := s.Lease(LeaseID{1})
+	if !ok || l1.Number != 1 || l1.TTL != 10*time.Second || l1.Owner != "me" || l1.Renewals != 2 || l1.RenewedAt != 3*time.Second ||
+		!slices.Equal(l1.Holds, []string{"a"}) || !slices.Equal(l1.Waits, []string{"b"}) {
+		t.Fatalf("lease 1: %+v", l1)
+	}
+	l2, ok := s.Lease(LeaseID{2})
+	if !ok || l2.Number != 2 || !slices.Equal(l2.Holds, []string{"b"}) || len(l2.Waits) != 0 {
+		t.Fatalf("lease 2: %+v", l2)
+	}
+	k, ok := s.Lock("b")
+	if !ok || k.Holder != (LeaseID{2}) || k.HolderNum != 2 || k.Token != 4 || !slices.Equal(k.Waiters, []LeaseID{{1}}) {
+		t.Fatalf("lock b: %+v", k)
+	}
+	if v, tok, ok := s.Get("k"); !ok || string(v) != "v" || tok != 5 {
+		t.Fatalf("key k: %q %d %v", v, tok, ok)
+	}
+	if a, ok := s.NodeAddr("n2"); !ok || a != "127.0.0.1:7001" {
+		t.Fatalf("node n2: %q %v", a, ok)
+	}
+	if re := s.Marshal(nil); !bytes.Equal(re, b) {
+		t.Fatalf("Marshal differs from the format:\n got %x\nwant %x", re, b)
+	}
+	// The next grant's token is the counter + 1, and a retry of lease 1's
+	// remembered Acquire (call 2, ack 2) gets its token 5 back unexecuted.
+	r := s.Apply(&Command{Kind: KindAcquire, RequestID: RequestID{10}, Lease: LeaseID{1}, Seq: 2, Ack: 2, Name: "a"})
+	if r.Code != OK || r.Token != 5 {
+		t.Fatalf("retried call 2: %v token %d, want ok 5", r.Code, r.Token)
+	}
+	r = s.Apply(&Command{Kind: KindAcquire, RequestID: RequestID{20}, Lease: LeaseID{2}, Seq: 3, Ack: 3, Name: "c"})
+	if r.Code != OK || r.Token != 6 {
+		t.Fatalf("new grant: %v token %d, want ok 6", r.Code, r.Token)
+	}
+}
+
+// TestUnmarshalEdges: valid snapshots at the edge of a rule are accepted.
+func TestUnmarshalEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*snap)
+	}{
+		{"empty", func(s *snap) { *s = snap{version: 3} }},
+		{"no keys, no nodes", func(s *snap) { s.kv, s.nodes = nil, nil }},
+		{"clock and renewal time at 2^62", func(s *snap) { s.clock, s.leases[0].renewedAt = 1<<62, 1<<62 }},
+		{"ttl at the minimum", func(s *snap) { s.leases[1].ttl = MinTTL }},
+		{"ttl at the maximum", func(s *snap) { s.leases[1].ttl = MaxTTL }},
+		{"owner of 256 bytes", func(s *snap) { s.leases[0].owner = string(bytes.Repeat([]byte("o"), MaxOwnerLen)) }},
+		{"calls at the limit", func(s *snap) { s.leases[1].calls = releases(1, MaxCallsInFlight) }},
+		{"acquire cancelled", func(s *snap) {
+			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: Cancelled}
+		}},
+		{"acquire lock held", func(s *snap) {
+			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: LockHeld}
+		}},
+		{"acquire already held", func(s *snap) {
+			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: AlreadyHeld}
+		}},
+		{"release ok", func(s *snap) { s.leases[1].calls[1].code = OK }},
+		{"grant with token 1", func(s *snap) { s.leases[1].calls[0].token = 1 }},
+		{"delayed lock, free", func(s *snap) {
+			s.locks = append(s.locks, snapLock{name: "c", token: 3, delayed: true, delayFrom: 9 * time.Second})
+		}},
+		{"key with token 1 and no value", func(s *snap) { s.kv = []snapKV{{key: "k", token: 1}} }},
+		{"key of 256 bytes", func(s *snap) { s.kv[0].key = string(bytes.Repeat([]byte("k"), MaxNameLen)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := baseSnap()
+			tc.edit(&s)
+			b := s.bytes()
+			st, err := Unmarshal(b)
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if !bytes.Equal(st.Marshal(nil), b) {
+				t.Fatal("does not marshal back to itself")
+			}
+		})
+	}
+}
+
+// releases returns n answered Releases numbered from seq on.
+func releases(seq uint64, n int) []call {
+	var out []call
+	for i := range n {
+		out = append(out, call{seq: seq + uint64(i), req: RequestID{byte(i), byte(i >> 8), 1}, kind: KindRelease, code: OK})
+	}
+	return out
+}
+
+// TestUnmarshalRefuses: each snapshot breaks one rule and is refused with
+// ErrCorrupt (and is not mistaken for an old format).
+func TestUnmarshalRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*snap)
+	}{
+		{"newer version", func(s *snap) { s.version = 4 }},
+		{"trailing byte", func(s *snap) { s.trailing = []byte{0} }},
+		{"clock above 2^62", func(s *snap) { s.clock = 1<<62 + 1 }},
+		// leases
+		{"leases out of order", func(s *snap) { s.leases[0], s.leases[1] = s.leases[1], s.leases[0] }},
+		{"lease repeated", func(s *snap) { s.leases[1].id = s.leases[0].id }},
+		{"lease id zero", func(s *snap) {
+			s.leases = []snapLease{{number: 1, ttl: time.Second, createReq: RequestID{1}}}
+			s.locks, s.kv = nil, nil
+		}},
+		{"ttl below the minimum", func(s *snap) { s.leases[1].ttl = MinTTL - 1 }},
+		{"ttl above the maximum", func(s *snap) { s.leases[1].ttl = MaxTTL + 1 }},
+		{"owner with a control character", func(s *snap) { s.leases[0].owner = "a\x00b" }},
+		{"owner too long", func(s *snap) { s.leases[0].owner = string(bytes.Repeat([]byte("o"), MaxOwnerLen+1)) }},
+		{"no create request", func(s *snap) { s.leases[1].createReq = RequestID{} }},
+		{"lease number 0", func(s *snap) { s.leases[1].number = 0 }},
+		{"lease number above the last", func(s *snap) { s.leases[1].number = 3 }},
+		{"too many calls", func(s *snap) { s.leases[1].calls = releases(1, MaxCallsInFlight+1) }},
+		// remembered calls
+		{"call below the floor", func(s *snap) { s.leases[1].acked = 2 }},
+		{"call number 0", func(s *snap) { s.leases[1].acked = 0; s.leases[1].calls[0].seq = 0 }},
+		{"call without request id", func(s *snap) { s.leases[1].calls[1].req = RequestID{} }},
+		{"calls repeat a number", func(s *snap) { s.leases[1].calls[1].seq = 1 }},
+		{"calls out of order", func(s *snap) { s.leases[1].calls[0].seq, s.leases[1].calls[1].seq = 3, 2 }},
+		{"grant with token 0", func(s *snap) { s.leases[1].calls[0].token = 0 }},
+		{"grant above the counter", func(s *snap) { s.leases[1].calls[0].token = 6 }},
+		{"queued acquire with a token", func(s *snap) { s.leases[0].calls[1].token = 1 }},
+		{"acquire answered renewed", func(s *snap) {
+			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: Renewed}
+		}},
+		{"release with a token", func(s *snap) { s.leases[1].calls[1].token = 1 }},
+		{"release answered lock held", func(s *snap) { s.leases[1].calls[1].code = LockHeld }},
+		{"a remembered renew", func(s *snap) { s.leases[1].calls[1].kind = KindRenew; s.leases[1].calls[1].code = OK }},
+		{"queued call without a wait", func(s *snap) { s.locks[1].waiters = nil }},
+		// locks
+		{"locks out of order", func(s *snap) { s.locks[0], s.locks[1] = s.locks[1], s.locks[0] }},
+		{"lock repeated", func(s *snap) { s.locks[1].name = "a" }},
+		{"lock name empty", func(s *snap) {
+			s.locks = []snapLock{{name: "", holder: LeaseID{1}, token: 5}, s.locks[1]}
+		}},
+		{"lock name with a control character", func(s *snap) { s.locks[0].name = "a\n" }},
+		{"idle lock", func(s *snap) { s.locks = append(s.locks, snapLock{name: "c", token: 3}) }},
+		{"lock token above the counter", func(s *snap) { s.locks[0].token = 6 }},
+		{"held by an unknown lease", func(s *snap) { s.locks[0].holder = LeaseID{9} }},
+		{"held and delayed", func(s *snap) { s.locks[0].delayed = true }},
+		{"waiter unknown", func(s *snap) { s.locks[1].waiters[0].lease = LeaseID{9} }},
+		{"waits for itself", func(s *snap) {
+			s.locks[1].holder = LeaseID{1}
+			s.locks[0].holder = LeaseID{2}
+		}},
+		{"waits twice", func(s *snap) { s.locks[1].waiters = append(s.locks[1].waiters, s.locks[1].waiters[0]) }},
+		{"waiter's call not queued", func(s *snap) { s.locks[1].waiters[0].seq = 2 }},
+		{"waiter's call unknown", func(s *snap) { s.locks[1].waiters[0].seq = 4 }},
+		// keys
+		{"keys out of order", func(s *snap) { s.kv = []snapKV{{"m", "", 1}, {"k", "", 1}} }},
+		{"key repeated", func(s *snap) { s.kv = []snapKV{{"k", "", 1}, {"k", "", 1}} }},
+		{"key empty", func(s *snap) { s.kv[0].key = "" }},
+		{"key with token 0", func(s *snap) { s.kv[0].token = 0 }},
+		{"key token above the counter", func(s *snap) { s.kv[0].token = 6 }},
+		// nodes
+		{"nodes out of order", func(s *snap) { s.nodes[0], s.nodes[1] = s.nodes[1], s.nodes[0] }},
+		{"node repeated", func(s *snap) { s.nodes[1].id = "n1" }},
+		{"node id empty", func(s *snap) { s.nodes = []snapNode{{"", "x:1"}} }},
+		{"node address empty", func(s *snap) { s.nodes[1].addr = "" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := baseSnap()
+			tc.edit(&s)
+			_, err := Unmarshal(s.bytes())
+			if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrOldFormat) {
+				t.Fatalf("Unmarshal: %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+// TestUnmarshalOldFormat: a version-2 snapshot is refused as an old format.
+func TestUnmarshalOldFormat(t *testing.T) {
+	for _, v := range []byte{1, 2} {
+		s := baseSnap()
+		s.version = v
+		if _, err := Unmarshal(s.bytes()); !errors.Is(err, ErrOldFormat) || errors.Is(err, ErrCorrupt) {
+			t.Fatalf("version %d: %v, want ErrOldFormat", v, err)
+		}
+	}
+}
+
+// TestUnmarshalCounts: a count larger than the bytes left is refused before
+// anything is allocated; one that matches exactly is read.
+func TestUnmarshalCounts(t *testing.T) {
+	// version 3, token 0, clock 0, leaseSeq 0, then four collection counts.
+	if _, err := Unmarshal([]byte{3, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+		t.Fatalf("empty state: %v", err)
+	}
+	for _, b := range [][]byte{
+		{3, 0, 0, 0, 0, 0, 0, 1},    // one node claimed, no bytes left
+		{3, 0, 0, 0, 0, 0, 0},       // the node count missing
+		{3, 0, 0, 0, 5, 0, 0, 0},    // five leases in three bytes
+		{3, 0, 0, 0, 0, 0, 0, 0x80}, // a truncated varint
+	} {
+		if _, err := Unmarshal(b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%x: %v, want ErrCorrupt", b, err)
+		}
+	}
+}
