@@ -23,9 +23,9 @@ func oneLease(t *testing.T, ttl time.Duration) (*fsm.State, fsm.LeaseID) {
 	return s, a
 }
 
-// TestExpireExactlyAtDeadline: a lease with a 1 s TTL, not renewed, is
+// TestLessorExpiresExactlyAtDeadline: a lease with a 1 s TTL, not renewed, is
 // expired by the tick at 1 s (with its renewal count), not by one at 1 s − 1 ns.
-func TestExpireExactlyAtDeadline(t *testing.T) {
+func TestLessorExpiresExactlyAtDeadline(t *testing.T) {
 	s, a := oneLease(t, time.Second)
 	c := clocktest.New()
 	ls := newTestLessor(c)
@@ -62,10 +62,10 @@ func TestExpireExactlyAtDeadline(t *testing.T) {
 	}
 }
 
-// TestRenewalNeverShortensDeadline: a renewal applied with a shorter TTL
+// TestLessorRenewalNeverShortensDeadline: a renewal applied with a shorter TTL
 // than the time already promised leaves the deadline where it was; a
 // renewal that promises more moves it, and the expire carries the count.
-func TestRenewalNeverShortensDeadline(t *testing.T) {
+func TestLessorRenewalNeverShortensDeadline(t *testing.T) {
 	s, a := oneLease(t, 10*time.Second)
 	c := clocktest.New()
 	ls := newTestLessor(c)
@@ -87,9 +87,9 @@ func TestRenewalNeverShortensDeadline(t *testing.T) {
 	}
 }
 
-// TestNewLeaseTracked: a lease started while leading is tracked from the
+// TestLessorTracksNewLease: a lease started while leading is tracked from the
 // time its creation applied, for its TTL.
-func TestNewLeaseTracked(t *testing.T) {
+func TestLessorTracksNewLease(t *testing.T) {
 	c := clocktest.New()
 	ls := newTestLessor(c)
 	ls.activate(fsm.New())
@@ -106,9 +106,9 @@ func TestNewLeaseTracked(t *testing.T) {
 	}
 }
 
-// TestLockDelayEndsExactly: a lock-delay of 5 s that began at t ends with a
+// TestLessorLockDelayEndsExactly: a lock-delay of 5 s that began at t ends with a
 // GrantNext (carrying the grant's token) at t + 5 s, not a nanosecond before.
-func TestLockDelayEndsExactly(t *testing.T) {
+func TestLessorLockDelayEndsExactly(t *testing.T) {
 	c := clocktest.New()
 	ls := newTestLessor(c)
 	ls.activate(fsm.New())
@@ -127,10 +127,10 @@ func TestLockDelayEndsExactly(t *testing.T) {
 	}
 }
 
-// TestTickOnlyWhenNeeded: with no lease and no lock-delay there is nothing
+// TestLessorTicksOnlyWhenNeeded: with no lease and no lock-delay there is nothing
 // to time, so no tick; with one, a tick logs the time since the last one,
 // and no time passed means no tick.
-func TestTickOnlyWhenNeeded(t *testing.T) {
+func TestLessorTicksOnlyWhenNeeded(t *testing.T) {
 	c := clocktest.New()
 	ls := newTestLessor(c)
 	ls.activate(fsm.New())
@@ -154,10 +154,10 @@ func TestTickOnlyWhenNeeded(t *testing.T) {
 	}
 }
 
-// TestFailedGrantNextRetried: a GrantNext that does not commit is proposed
+// TestLessorRetriesFailedGrantNext: a GrantNext that does not commit is proposed
 // again at the next tick (else the lock would stay in its delay); an
 // Expire that does not commit comes back from due, not from perform.
-func TestFailedGrantNextRetried(t *testing.T) {
+func TestLessorRetriesFailedGrantNext(t *testing.T) {
 	c := clocktest.New()
 	fail := errors.New("not committed")
 	var proposed [][]fsm.Command
