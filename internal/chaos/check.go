@@ -73,8 +73,13 @@ func check(ops []*Op, audits []nodeAudit, ttls map[uint64]time.Duration, outDir 
 	r.add(tokenOrder(ops)...)
 	r.add(windows(ops)...)
 	var dv []Violation
-	r.LeaseTTLs, dv = deadlines(ops, ttls)
+	var unseen int
+	r.LeaseTTLs, unseen, dv = deadlines(ops, ttls)
 	r.add(dv...)
+	if unseen > 0 {
+		r.Inconclusive = append(r.Inconclusive, fmt.Sprintf(
+			"%d leases that workers locked with never passed the proxy (a call went around it): their deadlines went unchecked and their calls unreplayed", unseen))
+	}
 	lost, lv := lostUpdates(ops)
 	r.LostUpdates = lost
 	r.add(lv...)
@@ -219,16 +224,15 @@ const deadlineSlack = time.Millisecond
 // lease's TTL minus TTL/10 (the client counts from a renewal it sent before
 // then). A margin taken from another TTL — the client's, or another
 // lease's — breaks this for a lease whose TTL differs from the session's.
-// It returns how many leases it knew the TTL of.
-func deadlines(ops []*Op, ttls map[uint64]time.Duration) (int, []Violation) {
+// It returns how many leases it knew the TTL of, and how many it did not.
+func deadlines(ops []*Op, ttls map[uint64]time.Duration) (known, unknown int, vs []Violation) {
 	grant := map[string]*Op{}
 	for _, o := range ops {
 		if o.Kind == "acquire" && o.Outcome == OK && o.Client != "final" {
 			grant[o.Lock+"/"+strconv.FormatUint(o.Token, 10)] = o
 		}
 	}
-	var vs []Violation
-	known := map[uint64]bool{}
+	seen := map[uint64]bool{}
 	for _, o := range ops {
 		if o.ValidUntil == 0 || o.Seen == 0 || o.Outcome == Unknown && o.Kind == "acquire" {
 			continue
@@ -238,6 +242,14 @@ func deadlines(ops []*Op, ttls map[uint64]time.Duration) (int, []Violation) {
 			continue
 		}
 		ttl, ok := ttls[g.Lease]
+		if _, counted := seen[g.Lease]; !counted {
+			seen[g.Lease] = ok
+			if ok {
+				known++
+			} else {
+				unknown++
+			}
+		}
 		if !ok {
 			continue
 		}
@@ -245,14 +257,13 @@ func deadlines(ops []*Op, ttls map[uint64]time.Duration) (int, []Violation) {
 			vs = append(vs, Violation{Check: "a lease has the TTL its lock asked for", Detail: fmt.Sprintf(
 				"%s token %d: asked for %v, lease %d has %v", o.Lock, o.Token, g.TTL, g.Lease, ttl), Ops: []*Op{g}})
 		}
-		known[g.Lease] = true
 		if limit := o.Seen + int64(ttl-minMargin(ttl)+deadlineSlack); o.ValidUntil > limit {
 			vs = append(vs, Violation{Check: "a deadline leaves its own lease's margin", Detail: fmt.Sprintf(
 				"%s token %d (lease %d, TTL %v): believed valid %v after it was read, more than TTL − %v",
 				o.Lock, o.Token, g.Lease, ttl, time.Duration(o.ValidUntil-o.Seen), minMargin(ttl)), Ops: []*Op{g, o}})
 		}
 	}
-	return len(known), vs
+	return known, unknown, vs
 }
 
 func sec(ns int64) float64 { return float64(ns) / 1e9 }

@@ -1,7 +1,9 @@
 // Package chaos is fence's fault-injection harness: real server processes
 // in network namespaces, real worker processes using the public client and
-// the fencing package against PostgreSQL, a seeded schedule of pauses,
-// kills, partitions and clock shifts, and checks of every recorded history
+// the fencing package against PostgreSQL and MariaDB (in REPEATABLE READ
+// transactions half the time), reaching the servers through a proxy that
+// replays their requests, a seeded schedule of pauses, kills, partitions,
+// clock shifts and replays, and checks of every recorded history
 // (porcupine models of the lock service and of each fenced resource, the
 // servers' audit trails, and the workers' validity windows).
 //
@@ -190,9 +192,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := h.heal(ctx); err != nil {
 		return nil, err
 	}
+	var sw sync.WaitGroup // in parallel: a worker may finish a long Lock first
 	for _, w := range h.workers {
-		w.p.stop(4*cfg.TTL + 10*time.Second)
+		sw.Add(1)
+		go func() { defer sw.Done(); w.p.stop(8*cfg.TTL + 10*time.Second) }()
 	}
+	sw.Wait()
 	final, err := h.finalOps(ctx)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/fencehq/fence/api"
 )
@@ -70,6 +72,7 @@ type capture struct {
 
 // proxy forwards to the cluster's members.
 type proxy struct {
+	members  []string // the members' own addresses
 	addrs    []string // what workers dial, one per member
 	backends []*grpc.ClientConn
 	servers  []*grpc.Server
@@ -80,12 +83,17 @@ type proxy struct {
 }
 
 // dialMembers connects to each member as the client does (keepalive pings
-// find a blackholed member within ~3 s), passing messages through as bytes.
+// find a blackholed member within ~3 s, a restarted one is reconnected to
+// within a second), passing messages through as bytes.
 func dialMembers(addrs []string) ([]*grpc.ClientConn, error) {
 	var conns []*grpc.ClientConn
 	for _, addr := range addrs {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: time.Second, PermitWithoutStream: true}),
+			// Reconnect to a restarted member within a second, as the client
+			// does (gRPC's default backoff grows to 2 minutes).
+			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
+				Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 		if err != nil {
 			closeConns(conns)
@@ -104,23 +112,29 @@ func closeConns(conns []*grpc.ClientConn) {
 }
 
 func newProxy(members []string, captured chan<- capture) (*proxy, error) {
-	p := &proxy{captured: captured, ttls: map[uint64]time.Duration{}}
+	p := &proxy{members: members, captured: captured, ttls: map[uint64]time.Duration{}}
 	var err error
 	if p.backends, err = dialMembers(members); err != nil {
 		return nil, err
 	}
+	var lns []net.Listener
 	for i := range members {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			p.close()
+			for _, l := range lns {
+				l.Close()
+			}
+			closeConns(p.backends)
 			return nil, err
 		}
-		srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}),
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-			grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error { return p.forward(i, ss) }))
-		p.servers = append(p.servers, srv)
+		lns = append(lns, ln)
 		p.addrs = append(p.addrs, ln.Addr().String())
-		go func() { _ = srv.Serve(ln) }()
+		p.servers = append(p.servers, grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+			grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error { return p.forward(i, ss) })))
+	}
+	for i, srv := range p.servers { // once every address is known (redirect reads them)
+		go func() { _ = srv.Serve(lns[i]) }()
 	}
 	return p, nil
 }
@@ -185,11 +199,43 @@ func (p *proxy) forward(i int, ss grpc.ServerStream) error {
 	if errors.Is(rerr, io.EOF) {
 		rerr = nil
 	}
+	rerr = p.redirect(rerr)
 	if _, mutating := newRequest[method]; mutating { // a duplicate of it must never be acted on twice
 		<-up // the one request has been read
 		p.observe(i, method, first, last, rerr)
 	}
 	return rerr
+}
+
+// redirect rewrites a NotLeader detail's leader address to the proxy's for
+// that member: the client follows the hint and would otherwise connect to
+// the leader directly, around the proxy.
+func (p *proxy) redirect(err error) error {
+	st, ok := status.FromError(err)
+	if err == nil || !ok || len(st.Details()) == 0 {
+		return err
+	}
+	out := status.New(st.Code(), st.Message())
+	for _, d := range st.Details() {
+		if nl, ok := d.(*api.NotLeader); ok {
+			for i, m := range p.members {
+				if nl.LeaderAddr == m {
+					nl = proto.Clone(nl).(*api.NotLeader)
+					nl.LeaderAddr = p.addrs[i]
+					d = nl
+				}
+			}
+		}
+		m, ok := d.(protoadapt.MessageV1)
+		if !ok {
+			return err
+		}
+		var werr error
+		if out, werr = out.WithDetails(m); werr != nil {
+			return err
+		}
+	}
+	return out.Err()
 }
 
 // observe learns lease TTLs and hands the call to the replayer.

@@ -63,6 +63,16 @@ type replayer struct {
 	counts  ReplayCounts      // guarded by mu
 	firstOK map[string][]byte // guarded by mu; request id → the OK answer the worker got
 	acted   []Violation       // guarded by mu
+	unseen  []unseenReplay    // guarded by mu
+}
+
+// unseenReplay is a replay answered OK before any OK answer of its request
+// had passed the proxy: the worker's own retry may still get one (a wait
+// the replay found granted in the server's memory first). result compares
+// them at the end.
+type unseenReplay struct {
+	c        capture
+	id, resp string
 }
 
 func newReplayer(members []string, seed uint64, ttl time.Duration, note func(string, ...any)) (*replayer, error) {
@@ -118,14 +128,7 @@ func (r *replayer) run(ctx context.Context, enabled bool) {
 			return
 		case c = <-r.in:
 		}
-		id := requestID(c.method, c.req)
-		if c.ok && id != "" {
-			r.mu.Lock()
-			if _, ok := r.firstOK[id]; !ok {
-				r.firstOK[id] = c.resp
-			}
-			r.mu.Unlock()
-		}
+		id := r.remember(c)
 		if !enabled {
 			continue
 		}
@@ -156,13 +159,32 @@ func (r *replayer) run(ctx context.Context, enabled bool) {
 	}
 }
 
+// remember records c's answer if it is its request's first OK, and
+// returns the request id.
+func (r *replayer) remember(c capture) string {
+	id := requestID(c.method, c.req)
+	if c.ok && id != "" {
+		r.mu.Lock()
+		if _, ok := r.firstOK[id]; !ok {
+			r.firstOK[id] = c.resp
+		}
+		r.mu.Unlock()
+	}
+	return id
+}
+
 // send re-sends c to the member it first went to and, while the answer is
-// "not the leader" (UNAVAILABLE), to the others in turn.
+// UNAVAILABLE (not the leader, no leader yet, member down), to the others
+// in turn, for up to 4 rounds half a second apart (an election's length):
+// a duplicate that only ever meets a follower tests nothing.
 func (r *replayer) send(c capture, id string) {
 	method := strings.TrimPrefix(c.method, methodPrefix)
 	var resp []byte
 	var err error
-	for k := range r.conns {
+	for k := range 4 * len(r.conns) {
+		if k > 0 && k%len(r.conns) == 0 {
+			time.Sleep(500 * time.Millisecond)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.ttl+2*time.Second)
 		req := c.req
 		resp = nil
@@ -178,34 +200,47 @@ func (r *replayer) send(c capture, id string) {
 		r.mu.Lock()
 		first, seen := r.firstOK[id]
 		r.mu.Unlock()
-		switch {
-		case !seen:
+		if !seen {
 			answer = ReplayOKUnseen + " " + method
-		case bytes.Equal(first, resp):
-			answer = ReplayFromMemory
-		case sameGrant(c.method, first, resp):
-			answer = "ok-different " + method // allowed: see sameGrant
-		default:
-			answer = ReplayActedAgain
-		}
-		if answer == ReplayActedAgain {
 			r.mu.Lock()
-			r.acted = append(r.acted, Violation{Check: "a late duplicate is never acted on", Detail: fmt.Sprintf(
-				"%s replayed %v after its first answer: the first answer was %x, the replay's %x", method,
-				time.Duration(Mono()-c.at).Round(time.Millisecond), first, resp)})
+			r.unseen = append(r.unseen, unseenReplay{c: c, id: id, resp: string(resp)})
 			r.mu.Unlock()
+			break
 		}
+		answer = r.compare(c, first, resp)
 	case st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), answeredMarker):
 		answer = ReplayAnswered
 	default:
 		answer = "other " + method + " " + st.Code().String()
 	}
-	r.note("replay %s (first answered %v ago): %s (%v)", method, time.Duration(Mono()-c.at).Round(time.Millisecond), answer, err)
+	first := "ok"
+	if !c.ok {
+		first = c.err.Code().String() + ": " + c.err.Message()
+	}
+	r.note("replay %s (first answered %v ago, %s): %s (%v)", method, time.Duration(Mono()-c.at).Round(time.Millisecond), first, answer, err)
 	r.mu.Lock()
 	r.counts.Sent++
 	r.counts.ByMethod[method]++
 	r.counts.Answers[answer]++
 	r.mu.Unlock()
+}
+
+// compare classifies an OK answer to a replay against the first OK answer
+// of its request, and records a violation if the server acted again.
+func (r *replayer) compare(c capture, first, resp []byte) string {
+	method := strings.TrimPrefix(c.method, methodPrefix)
+	switch {
+	case bytes.Equal(first, resp):
+		return ReplayFromMemory
+	case sameGrant(c.method, first, resp):
+		return "ok-different " + method // allowed: see sameGrant
+	}
+	r.mu.Lock()
+	r.acted = append(r.acted, Violation{Check: "a late duplicate is never acted on", Detail: fmt.Sprintf(
+		"%s replayed %v after an answer passed the proxy: the worker's OK answer was %x, the replay's %x", method,
+		time.Duration(Mono()-c.at).Round(time.Millisecond), first, resp)})
+	r.mu.Unlock()
+	return ReplayActedAgain
 }
 
 // sameGrant reports whether two OK answers of a call mean the same thing:
@@ -226,9 +261,41 @@ func sameGrant(method string, a, b []byte) bool {
 // wait waits for the replays in flight; call it after run returned.
 func (r *replayer) wait() { r.wg.Wait() }
 
+// result returns the counts and violations, once every replay is done. A
+// replay answered OK before the worker's own OK answer is compared now.
 func (r *replayer) result() (ReplayCounts, []Violation) {
+	for drained := false; !drained; { // what passed the proxy after run returned
+		select {
+		case c := <-r.in:
+			r.remember(c)
+		default:
+			drained = true
+		}
+	}
+	r.mu.Lock()
+	unseen := r.unseen
+	r.unseen = nil
+	r.mu.Unlock()
+	for _, u := range unseen {
+		r.mu.Lock()
+		first, seen := r.firstOK[u.id]
+		r.mu.Unlock()
+		if !seen {
+			continue
+		}
+		answer := r.compare(u.c, first, []byte(u.resp))
+		r.mu.Lock()
+		r.counts.Answers[ReplayOKUnseen+" "+strings.TrimPrefix(u.c.method, methodPrefix)]--
+		r.counts.Answers[answer+" (before the worker's)"]++
+		r.mu.Unlock()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for k, v := range r.counts.Answers {
+		if v == 0 {
+			delete(r.counts.Answers, k)
+		}
+	}
 	return r.counts, r.acted
 }
 

@@ -1,8 +1,9 @@
 // Command chaos runs fence's fault-injection harness (package
 // internal/chaos): three real servers in network namespaces, worker
-// processes that lock, read-modify-write a PostgreSQL row and the built-in
-// key-value store under their fencing tokens, and a seeded schedule of
-// pauses, kills, partitions and clock shifts; then it checks every history.
+// processes that lock, read-modify-write a PostgreSQL or MariaDB row (in a
+// REPEATABLE READ transaction half the time) and the built-in key-value
+// store under their fencing tokens, and a seeded schedule of pauses, kills,
+// partitions, clock shifts and request replays; then it checks every history.
 //
 //	go run ./test/chaos --duration 10m --seed 42   # a long run (make chaos)
 //	go run ./test/chaos --fencing=false           # control: must find lost updates
