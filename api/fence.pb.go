@@ -18,7 +18,10 @@
 //       Put: OK while no higher token has written the key; after one has, the
 //         retry answers FAILED_PRECONDITION with StaleToken, exactly as a first
 //         attempt would — in both cases a newer holder exists and the caller
-//         must stop.
+//         must stop. Put is not remembered: a late duplicate of a holder's
+//         earlier Put can overwrite that holder's later Put under the same
+//         token (the fence orders holders, not one holder's writes); write a
+//         key once per grant, or put a version in the value.
 //       ForceRelease: names the grant by token, so a retry never ends a later
 //         grant; after the first attempt succeeded it answers
 //         FAILED_PRECONDITION ("already ended").
@@ -837,9 +840,16 @@ type AcquireRequest struct {
 	// ack: the client has the answers to every call of this lease numbered
 	// below ack (its lowest call still unanswered, or its next seq). The server
 	// forgets those answers and refuses any of them that arrives again
-	// (FAILED_PRECONDITION), so a late duplicate is never acted on. At most
-	// 1024 calls of a lease may be unacknowledged (RESOURCE_EXHAUSTED beyond).
-	Ack           uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
+	// (FAILED_PRECONDITION), so a late duplicate is never acted on. 0
+	// acknowledges nothing. At most 1024 calls of a lease may be remembered
+	// unacknowledged (RESOURCE_EXHAUSTED beyond).
+	Ack uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
+	// open: the client's other unanswered calls numbered between ack and seq,
+	// in increasing order; every other call below seq it has the answer to,
+	// and the server treats those as acknowledged too. So a call that waits
+	// long in a lock's queue (it stays unanswered, holding ack back) does not
+	// make the server keep the answers of the calls after it.
+	Open          []uint64 `protobuf:"varint,8,rep,packed,name=open,proto3" json:"open,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -923,6 +933,13 @@ func (x *AcquireRequest) GetAck() uint64 {
 	return 0
 }
 
+func (x *AcquireRequest) GetOpen() []uint64 {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -988,9 +1005,10 @@ type ReleaseRequest struct {
 	RequestId []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	LeaseId   []byte                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	// seq and ack: as in AcquireRequest (one numbering for both calls).
-	Seq           uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64 `protobuf:"varint,5,opt,name=ack,proto3" json:"ack,omitempty"`
+	// seq, ack and open: as in AcquireRequest (one numbering for both calls).
+	Seq           uint64   `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack           uint64   `protobuf:"varint,5,opt,name=ack,proto3" json:"ack,omitempty"`
+	Open          []uint64 `protobuf:"varint,6,rep,packed,name=open,proto3" json:"open,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,6 +1076,13 @@ func (x *ReleaseRequest) GetAck() uint64 {
 		return x.Ack
 	}
 	return 0
+}
+
+func (x *ReleaseRequest) GetOpen() []uint64 {
+	if x != nil {
+		return x.Open
+	}
+	return nil
 }
 
 type ReleaseResponse struct {
@@ -1976,7 +2001,7 @@ const file_fence_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\fR\aleaseId\",\n" +
 	"\x0eRevokeResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x03(\tR\breleased\"\xd0\x01\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\"\xe4\x01\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x19\n" +
@@ -1986,18 +2011,20 @@ const file_fence_proto_rawDesc = "" +
 	"\n" +
 	"lock_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
-	"\x03ack\x18\a \x01(\x04R\x03ack\"^\n" +
+	"\x03ack\x18\a \x01(\x04R\x03ack\x12\x12\n" +
+	"\x04open\x18\b \x03(\x04R\x04open\"^\n" +
 	"\x0fAcquireResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12!\n" +
-	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\"\x82\x01\n" +
+	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\"\x96\x01\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\fR\aleaseId\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x10\n" +
-	"\x03ack\x18\x05 \x01(\x04R\x03ack\"\x11\n" +
+	"\x03ack\x18\x05 \x01(\x04R\x03ack\x12\x12\n" +
+	"\x04open\x18\x06 \x03(\x04R\x04open\"\x11\n" +
 	"\x0fReleaseResponse\"$\n" +
 	"\x0eGetLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +

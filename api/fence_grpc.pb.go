@@ -18,7 +18,10 @@
 //       Put: OK while no higher token has written the key; after one has, the
 //         retry answers FAILED_PRECONDITION with StaleToken, exactly as a first
 //         attempt would — in both cases a newer holder exists and the caller
-//         must stop.
+//         must stop. Put is not remembered: a late duplicate of a holder's
+//         earlier Put can overwrite that holder's later Put under the same
+//         token (the fence orders holders, not one holder's writes); write a
+//         key once per grant, or put a version in the value.
 //       ForceRelease: names the grant by token, so a retry never ends a later
 //         grant; after the first attempt succeeded it answers
 //         FAILED_PRECONDITION ("already ended").

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/fencehq/fence/api"
@@ -9,12 +10,13 @@ import (
 
 // calls numbers the Acquire and Release calls of one server lease and keeps
 // the numbers whose answers have not arrived. Every request carries its own
-// number (seq, the same on its retries) and the lowest number still
-// unanswered (ack): the server forgets the answers below ack and refuses
-// those calls if they arrive again, so a late duplicate is never acted on
-// and the server's memory stays bounded by what is in flight
-// (api/fence.proto; Raft thesis §6.3). A call whose outcome cannot be
-// settled stays unanswered: its session is given up then, and ends.
+// number (seq, the same on its retries), the lowest number still unanswered
+// (ack) and the other unanswered numbers below its own (open): the server
+// forgets the answers of every other call and refuses those calls if they
+// arrive again, so a late duplicate is never acted on and the server's
+// memory stays bounded by what is in flight, even while one call waits long
+// in a queue (api/fence.proto; Raft thesis §6.3). A call whose outcome
+// cannot be settled stays unanswered: its session is given up then, and ends.
 type calls struct {
 	mu   sync.Mutex
 	last uint64              // guarded by mu; the last number given
@@ -40,20 +42,28 @@ func (n *calls) answered(seq uint64) {
 	delete(n.open, seq)
 }
 
-// ack returns the lowest number not answered yet (the next one if none).
-func (n *calls) ack() uint64 {
+// acks returns what a request of call seq acknowledges: ack, the lowest
+// number not answered yet, and open, the other unanswered numbers between
+// ack and seq, in order.
+func (n *calls) acks(seq uint64) (ack uint64, open []uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	low := n.last + 1
-	for seq := range n.open {
-		low = min(low, seq)
+	ack = seq
+	for o := range n.open {
+		ack = min(ack, o)
 	}
-	return low
+	for o := range n.open {
+		if o > ack && o < seq {
+			open = append(open, o)
+		}
+	}
+	slices.Sort(open)
+	return ack, open
 }
 
-// acquire sends req, a numbered Acquire of s, with the current ack.
+// acquire sends req, a numbered Acquire of s, with what it acknowledges now.
 func (s *session) acquire(ctx context.Context, req *api.AcquireRequest) (*api.AcquireResponse, error) {
-	req.Ack = s.calls.ack()
+	req.Ack, req.Open = s.calls.acks(req.Seq)
 	return s.c.leader().Acquire(ctx, req)
 }
 
@@ -62,9 +72,9 @@ func (s *session) releaseRequest(name string) *api.ReleaseRequest {
 	return &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name, Seq: s.calls.begin()}
 }
 
-// release sends req, a numbered Release of s, with the current ack.
+// release sends req, a numbered Release of s, with what it acknowledges now.
 func (s *session) release(ctx context.Context, req *api.ReleaseRequest) error {
-	req.Ack = s.calls.ack()
+	req.Ack, req.Open = s.calls.acks(req.Seq)
 	_, err := s.c.leader().Release(ctx, req)
 	return err
 }

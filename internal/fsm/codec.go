@@ -12,7 +12,7 @@ import (
 //
 //	entry   = version(1 byte = 2) count(uvarint) command*
 //	command = kind(1 byte) then the kind's fields, in Command field order:
-//	          RequestID, Lease: 16 bytes; Seq, Ack: uvarint;
+//	          RequestID, Lease: 16 bytes; Seq, Ack: uvarint; Open: uvarint count + uvarints;
 //	          TTL, LockDelay, Elapsed: uvarint nanoseconds;
 //	          Owner, Name, Value: uvarint length + bytes; Wait: 1 byte (0|1);
 //	          Token, Renewals: uvarint; Addr: uvarint length + bytes.
@@ -93,6 +93,12 @@ func appendCommand(dst []byte, c *Command) []byte {
 	if f&fAck != 0 {
 		dst = binary.AppendUvarint(dst, c.Ack)
 	}
+	if f&fOpen != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Open)))
+		for _, o := range c.Open {
+			dst = binary.AppendUvarint(dst, o)
+		}
+	}
 	if f&fTTL != 0 {
 		dst = binary.AppendUvarint(dst, uint64(c.TTL))
 	}
@@ -144,6 +150,16 @@ func (d *decoder) command(c *Command) {
 	}
 	if f&fAck != 0 {
 		c.Ack = d.uvarint()
+	}
+	if f&fOpen != 0 {
+		if n := d.count(); n > MaxCallsInFlight {
+			d.fail("%d open calls, limit %d", n, MaxCallsInFlight)
+		} else if n > 0 {
+			c.Open = make([]uint64, n)
+			for i := range c.Open {
+				c.Open[i] = d.uvarint()
+			}
+		}
 	}
 	if f&fTTL != 0 {
 		c.TTL = d.duration()

@@ -24,7 +24,7 @@ func TestEncodeBatchBytes(t *testing.T) {
 	want := cat(
 		[]byte{2, 2},                                            // version 2, two commands
 		[]byte{5}, []byte{7}, rep(0, 15), []byte{9}, rep(0, 15), // acquire, request id, lease
-		[]byte{0xac, 0x02, 2},              // seq 300, ack 2
+		[]byte{0xac, 0x02, 2, 0},           // seq 300, ack 2, no open calls
 		[]byte{2, 'a', 'b', 1, 5},          // name, wait, lock-delay 5ns
 		[]byte{10, 0x80, 0xc2, 0xd7, 0x2f}, // tick of 100,000,000 ns
 	)

@@ -42,9 +42,9 @@ const (
 	// Renewals (the renewal count the leader judged; a later renewal makes this a no-op).
 	KindExpire Kind = 4
 	// KindAcquire takes a lock or joins its queue. Fields: RequestID, Lease,
-	// Seq, Ack, Name, Wait, LockDelay.
+	// Seq, Ack, Open, Name, Wait, LockDelay.
 	KindAcquire Kind = 5
-	// KindRelease gives up a held lock. Fields: RequestID, Lease, Seq, Ack, Name.
+	// KindRelease gives up a held lock. Fields: RequestID, Lease, Seq, Ack, Open, Name.
 	KindRelease Kind = 6
 	// KindCancelWait leaves a lock's queue (the waiting call ended). Fields:
 	// Lease, Name, Seq (of the Acquire that waits: a late CancelWait cannot
@@ -95,7 +95,12 @@ type Command struct {
 	// Ack: every call of this lease numbered below Ack has been answered, so
 	// the state forgets their answers and refuses them if they arrive again
 	// (Raft thesis §6.3). 0 acknowledges nothing.
-	Ack       uint64
+	Ack uint64
+	// Open: the calls numbered between Ack and Seq (exclusive) whose answers
+	// the client has not received, in order; every other call below Seq it
+	// has answers for (acknowledged the same way). With Ack 0 (nothing
+	// acknowledged) Open must be empty.
+	Open      []uint64
 	TTL       time.Duration // CreateLease
 	Owner     string        // CreateLease
 	Name      string        // lock name; the key for Put
@@ -206,6 +211,8 @@ const (
 	// grant that expired); the leader proposes GrantNext with that Token once
 	// it has passed.
 	DelayStarted
+	// WaitCancelled: a lease's queued Acquire left the queue (Lease, Name, Seq).
+	WaitCancelled
 )
 
 // Event is a side effect of a command, for the server (wake a waiter,
@@ -220,4 +227,5 @@ type Event struct {
 	TTL      time.Duration
 	Renewals uint64
 	Delay    time.Duration
+	Seq      uint64 // the call (WaitCancelled)
 }

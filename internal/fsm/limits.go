@@ -78,6 +78,9 @@ func (c *Command) Validate() error {
 	if c.Ack > c.Seq {
 		return fmt.Errorf("%w: ack %d is above the call's own seq %d (a call is not answered before it is made)", ErrInvalid, c.Ack, c.Seq)
 	}
+	if err := validOpen(c.Open, c.Ack, c.Seq); err != nil {
+		return err
+	}
 	if want&fToken != 0 && c.Token == 0 {
 		return fmt.Errorf("%w: token 0 was never issued; tokens start at 1", ErrInvalid)
 	}
@@ -119,6 +122,25 @@ func (c *Command) Validate() error {
 	return nil
 }
 
+// validOpen checks a request's list of unanswered calls: increasing, each
+// strictly between ack and seq, at most MaxCallsInFlight.
+func validOpen(open []uint64, ack, seq uint64) error {
+	if ack == 0 && len(open) > 0 {
+		return fmt.Errorf("%w: open calls listed with ack 0 (which acknowledges nothing)", ErrInvalid)
+	}
+	if len(open) > MaxCallsInFlight {
+		return fmt.Errorf("%w: %d open calls listed, the limit is %d", ErrInvalid, len(open), MaxCallsInFlight)
+	}
+	prev := ack
+	for _, o := range open {
+		if o <= prev || o >= seq {
+			return fmt.Errorf("%w: open call %d is not in increasing order strictly between ack %d and seq %d", ErrInvalid, o, ack, seq)
+		}
+		prev = o
+	}
+	return nil
+}
+
 // field bits, for checking which fields a kind carries.
 const (
 	fRequest uint16 = 1 << iota
@@ -135,6 +157,7 @@ const (
 	fAddr
 	fSeq
 	fAck
+	fOpen
 )
 
 func fieldsOf(k Kind) uint16 {
@@ -148,9 +171,9 @@ func fieldsOf(k Kind) uint16 {
 	case KindExpire:
 		return fLease | fRenewals
 	case KindAcquire:
-		return fRequest | fLease | fSeq | fAck | fName | fWait | fLockDelay
+		return fRequest | fLease | fSeq | fAck | fOpen | fName | fWait | fLockDelay
 	case KindRelease:
-		return fRequest | fLease | fSeq | fAck | fName
+		return fRequest | fLease | fSeq | fAck | fOpen | fName
 	case KindCancelWait:
 		return fLease | fSeq | fName
 	case KindGrantNext:
@@ -189,5 +212,6 @@ func (c *Command) fields() uint16 {
 	set(fAddr, c.Addr != "")
 	set(fSeq, c.Seq != 0)
 	set(fAck, c.Ack != 0)
+	set(fOpen, len(c.Open) != 0)
 	return f
 }

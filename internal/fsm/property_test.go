@@ -76,6 +76,12 @@ func genCommand(t *rapid.T) Command {
 	name := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "name")
 	seq := uint64(rapid.IntRange(1, 6).Draw(t, "seq"))
 	ack := uint64(rapid.IntRange(0, int(seq)).Draw(t, "ack"))
+	var open []uint64 // some of the calls between ack and seq still unanswered
+	for o := ack + 1; ack > 0 && o < seq; o++ {
+		if rapid.Bool().Draw(t, "open") {
+			open = append(open, o)
+		}
+	}
 	callReq := RequestID{byte(seq), byte(rapid.IntRange(0, 9).Draw(t, "reqvariant") / 9)}
 	token := uint64(rapid.IntRange(1, 8).Draw(t, "token"))
 	switch k := Kind(rapid.IntRange(1, 12).Draw(t, "kind")); k {
@@ -92,9 +98,9 @@ func genCommand(t *rapid.T) Command {
 		return Command{Kind: k, Lease: lease, Renewals: uint64(rapid.IntRange(0, 2).Draw(t, "renewals"))}
 	case KindAcquire:
 		delay := time.Duration(rapid.IntRange(0, 1).Draw(t, "delay")) * time.Second
-		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Name: name, Wait: rapid.Bool().Draw(t, "wait"), LockDelay: delay}
+		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Open: open, Name: name, Wait: rapid.Bool().Draw(t, "wait"), LockDelay: delay}
 	case KindRelease:
-		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Name: name}
+		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Open: open, Name: name}
 	case KindCancelWait:
 		return Command{Kind: k, Lease: lease, Seq: seq, Name: name}
 	case KindGrantNext:
@@ -259,7 +265,7 @@ func TestProperties(t *testing.T) {
 func withoutCalls(s *State) []byte {
 	c := normalize(s)
 	for _, l := range c.leases {
-		l.calls, l.acked = nil, 0
+		l.calls = calls{}
 	}
 	for _, k := range c.locks {
 		for i := range k.waiters {
@@ -275,7 +281,7 @@ func normalize(s *State) *State {
 	c.leases = map[LeaseID]*lease{}
 	for id, l := range s.leases {
 		n := *l
-		n.holds, n.waits, n.calls = slices.Clip(append([]string{}, l.holds...)), slices.Clip(append([]string{}, l.waits...)), append([]call{}, l.calls...)
+		n.holds, n.waits, n.calls = slices.Clip(append([]string{}, l.holds...)), slices.Clip(append([]string{}, l.waits...)), calls{floor: l.calls.floor, answers: append([]call{}, l.calls.answers...), done: append([]span{}, l.calls.done...)}
 		c.leases[id] = &n
 	}
 	c.locks = map[string]*lock{}

@@ -69,7 +69,7 @@ func TestLateAcquireAfterManyCycles(t *testing.T) {
 		applyAll(s, call(KindRelease), call(KindAcquire))
 	}
 	applyAll(s, call(KindRelease))
-	if n := len(s.leases[id(1)].calls); n != 1 {
+	if n := s.leases[id(1)].calls.size(); n != 1 {
 		t.Fatalf("the lease remembers %d answers with one call unacknowledged", n)
 	}
 	before := s.Token()

@@ -14,7 +14,8 @@ import (
 // number, locks and keys by name, so equal states give equal bytes.
 //
 //	version token clock leaseSeq
-//	count × lease(id number ttl owner createReq renewals renewedAt acked count × call(seq req kind code token))
+//	count × lease(id number ttl owner createReq renewals renewedAt
+//	              floor count × span(lo hi) count × call(seq req kind code token))
 //	count × lock(name holder token lockDelay delayed delayFrom count × waiter(lease seq lockDelay))
 //	count × kv(key value token)
 //	count × node(id addr)
@@ -42,9 +43,15 @@ func (s *State) Marshal(dst []byte) []byte {
 		dst = append(dst, l.createReq[:]...)
 		dst = binary.AppendUvarint(dst, l.renewals)
 		dst = binary.AppendUvarint(dst, uint64(l.renewedAt))
-		dst = binary.AppendUvarint(dst, l.acked)
-		dst = binary.AppendUvarint(dst, uint64(len(l.calls)))
-		for _, k := range l.calls {
+		m := &l.calls
+		dst = binary.AppendUvarint(dst, m.floor)
+		dst = binary.AppendUvarint(dst, uint64(len(m.done)))
+		for _, sp := range m.done {
+			dst = binary.AppendUvarint(dst, sp.lo)
+			dst = binary.AppendUvarint(dst, sp.hi)
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(m.answers)))
+		for _, k := range m.answers {
 			dst = binary.AppendUvarint(dst, k.seq)
 			dst = append(dst, k.req[:]...)
 			dst = append(dst, byte(k.kind), byte(k.code))
@@ -105,6 +112,9 @@ func Unmarshal(b []byte) (*State, error) {
 	s.leaseSeq = d.uvarint()
 
 	var prevID LeaseID
+	numbers := map[uint64]bool{}      // lease numbers seen: each once
+	tokens := map[uint64]bool{}       // tokens of held or delayed locks: each once
+	waiting := map[waitingCall]bool{} // queued calls named by waiters: each once
 	for n := d.count(); n > 0 && d.err == nil; n-- {
 		l := &lease{}
 		d.fixed(l.id[:])
@@ -114,17 +124,25 @@ func Unmarshal(b []byte) (*State, error) {
 		d.fixed(l.createReq[:])
 		l.renewals = d.uvarint()
 		l.renewedAt = d.duration()
-		l.acked = d.uvarint()
-		for m := d.count(); m > 0 && d.err == nil; m-- {
+		m := &l.calls
+		m.floor = d.uvarint()
+		for n := d.count(); n > 0 && d.err == nil; n-- {
+			sp := span{d.uvarint(), d.uvarint()}
+			if d.err == nil && !validSpan(m, sp) {
+				d.fail("lease %v has a bad acknowledged span %+v", l.id, sp)
+			}
+			m.done = append(m.done, sp)
+		}
+		for n := d.count(); n > 0 && d.err == nil; n-- {
 			var k call
 			k.seq = d.uvarint()
 			d.fixed(k.req[:])
 			k.kind, k.code = Kind(d.byte()), Code(d.byte())
 			k.token = d.uvarint()
-			if d.err == nil && !s.validCall(l, k) {
+			if d.err == nil && !s.validCall(m, k) {
 				d.fail("lease %v remembers a bad call %+v", l.id, k)
 			}
-			l.calls = append(l.calls, k)
+			m.answers = append(m.answers, k)
 		}
 		switch {
 		case d.err != nil:
@@ -134,12 +152,15 @@ func Unmarshal(b []byte) (*State, error) {
 			d.fail("lease %v has a bad ttl or owner", l.id)
 		case l.createReq.IsZero():
 			d.fail("lease %v has no create request id", l.id)
-		case l.number == 0 || l.number > s.leaseSeq:
-			d.fail("lease number %d outside 1…%d", l.number, s.leaseSeq)
-		case len(l.calls) > MaxCallsInFlight:
-			d.fail("lease remembers %d calls, limit %d", len(l.calls), MaxCallsInFlight)
+		case l.number == 0 || l.number > s.leaseSeq || numbers[l.number]:
+			d.fail("lease number %d repeated or outside 1…%d", l.number, s.leaseSeq)
+		case m.size() > MaxCallsInFlight:
+			d.fail("lease remembers %d calls, limit %d", m.size(), MaxCallsInFlight)
+		case s.created[l.createReq] != LeaseID{}:
+			d.fail("two leases were created by one request")
 		}
 		prevID = l.id
+		numbers[l.number] = true
 		s.leases[l.id] = l
 		s.created[l.createReq] = l.id
 	}
@@ -170,8 +191,12 @@ func Unmarshal(b []byte) (*State, error) {
 		if k.holder.IsZero() && !k.delayed && len(k.waiters) == 0 {
 			d.fail("lock %q is idle and should not be stored", k.name)
 		}
-		if k.token > s.token {
-			d.fail("lock %q has token %d above the counter %d", k.name, k.token, s.token)
+		if k.token == 0 || k.token > s.token || tokens[k.token] {
+			d.fail("lock %q has token %d: zero, repeated, or above the counter %d", k.name, k.token, s.token)
+		}
+		tokens[k.token] = true
+		if k.lockDelay < 0 || k.lockDelay > MaxLockDelay {
+			d.fail("lock %q has a lock-delay of %v, outside 0…%v", k.name, k.lockDelay, MaxLockDelay)
 		}
 		if !k.holder.IsZero() {
 			h := s.leases[k.holder]
@@ -182,6 +207,11 @@ func Unmarshal(b []byte) (*State, error) {
 			h.holds = append(h.holds, k.name) // names arrive sorted
 		}
 		for _, w := range k.waiters {
+			if w.lockDelay < 0 || w.lockDelay > MaxLockDelay || waiting[waitingCall{w.lease, w.seq}] {
+				d.fail("lock %q has a waiter with a bad lock-delay, or naming a call another waits with", k.name)
+				break
+			}
+			waiting[waitingCall{w.lease, w.seq}] = true
 			l := s.leases[w.lease]
 			if l == nil || w.lease == k.holder || slices.Contains(l.waits, k.name) || !l.queued(w.seq) {
 				d.fail("lock %q has a bad waiter", k.name)
@@ -219,7 +249,7 @@ func Unmarshal(b []byte) (*State, error) {
 	}
 	for _, l := range s.leases {
 		queued := 0
-		for _, k := range l.calls {
+		for _, k := range l.calls.answers {
 			if k.code == Queued {
 				queued++
 			}
@@ -227,6 +257,9 @@ func Unmarshal(b []byte) (*State, error) {
 		if d.err == nil && queued != len(l.waits) {
 			d.fail("lease %v remembers %d waiting calls but waits for %d locks", l.id, queued, len(l.waits))
 		}
+	}
+	if d.err == nil && len(waiting) != s.NumWaiters() {
+		d.fail("two waits name one waiting call")
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -240,19 +273,36 @@ func Unmarshal(b []byte) (*State, error) {
 	return s, nil
 }
 
+// waitingCall names a queued Acquire: its lease and call number.
+type waitingCall struct {
+	lease LeaseID
+	seq   uint64
+}
+
+// validSpan checks an acknowledged span read from a snapshot: at or above
+// the floor, after the previous span with a gap between them.
+func validSpan(m *calls, sp span) bool {
+	if sp.lo < m.floor || sp.hi < sp.lo {
+		return false
+	}
+	return len(m.done) == 0 || sp.lo > m.done[len(m.done)-1].hi+1
+}
+
 // validCall checks a remembered call read from a snapshot: numbered at or
-// above the lease's floor and after the previous one, an Acquire or Release
-// with an answer either can give, a token only on a grant.
-func (s *State) validCall(l *lease, k call) bool {
-	if k.seq < l.acked || k.seq == 0 || k.req.IsZero() ||
-		len(l.calls) > 0 && k.seq <= l.calls[len(l.calls)-1].seq {
+// above the floor, after the previous one, not acknowledged, an Acquire or
+// Release with an answer either can give, a token only where it belongs.
+func (s *State) validCall(m *calls, k call) bool {
+	if k.seq == 0 || k.req.IsZero() || m.acknowledged(k.seq) ||
+		len(m.answers) > 0 && k.seq <= m.answers[len(m.answers)-1].seq {
 		return false
 	}
 	switch {
 	case k.kind == KindAcquire && k.code == OK:
 		return k.token >= 1 && k.token <= s.token
+	case k.kind == KindAcquire && k.code == AlreadyHeld: // the held lock's token, or 0: already waiting
+		return k.token <= s.token
 	case k.kind == KindAcquire:
-		return k.token == 0 && (k.code == Queued || k.code == LockHeld || k.code == AlreadyHeld || k.code == Cancelled)
+		return k.token == 0 && (k.code == Queued || k.code == LockHeld || k.code == Cancelled)
 	case k.kind == KindRelease:
 		return k.token == 0 && (k.code == OK || k.code == NotHolder)
 	}
@@ -261,8 +311,20 @@ func (s *State) validCall(l *lease, k call) bool {
 
 // queued reports whether l remembers call seq as an Acquire still waiting.
 func (l *lease) queued(seq uint64) bool {
-	i, found := l.find(seq)
-	return found && l.calls[i].kind == KindAcquire && l.calls[i].code == Queued
+	k, found := l.calls.outcome(seq)
+	return found && k.kind == KindAcquire && k.code == Queued
+}
+
+// CallOutcome returns the remembered answer of call seq of a lease: its code
+// and, for a grant, its token. found is false if the lease has ended or the
+// call is not remembered (never made, or acknowledged by its client).
+func (s *State) CallOutcome(lease LeaseID, seq uint64) (code Code, token uint64, found bool) {
+	l := s.leases[lease]
+	if l == nil {
+		return 0, 0, false
+	}
+	k, found := l.calls.outcome(seq)
+	return k.code, k.token, found
 }
 
 // NodeAddr returns the client address a node recorded, if any.

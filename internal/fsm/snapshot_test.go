@@ -22,7 +22,8 @@ type snapLease struct {
 	createReq RequestID
 	renewals  uint64
 	renewedAt time.Duration
-	acked     uint64
+	acked     uint64 // the floor
+	done      []span
 	calls     []call
 }
 
@@ -74,6 +75,11 @@ func (s snap) bytes() []byte {
 		b = putUvarint(b, l.renewals)
 		b = putUvarint(b, uint64(l.renewedAt))
 		b = putUvarint(b, l.acked)
+		b = putUvarint(b, uint64(len(l.done)))
+		for _, sp := range l.done {
+			b = putUvarint(b, sp.lo)
+			b = putUvarint(b, sp.hi)
+		}
 		b = putUvarint(b, uint64(len(l.calls)))
 		for _, k := range l.calls {
 			b = putUvarint(b, k.seq)
@@ -204,7 +210,7 @@ func TestUnmarshalEdges(t *testing.T) {
 			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: LockHeld}
 		}},
 		{"acquire already held", func(s *snap) {
-			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: AlreadyHeld}
+			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: AlreadyHeld, token: 4}
 		}},
 		{"release ok", func(s *snap) { s.leases[1].calls[1].code = OK }},
 		{"grant with token 1", func(s *snap) { s.leases[1].calls[0].token = 1 }},

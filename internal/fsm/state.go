@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -32,19 +31,7 @@ type lease struct {
 	renewedAt time.Duration // logical clock at creation or last renewal
 	holds     []string      // lock names held, sorted (derived from locks)
 	waits     []string      // lock names waited for, sorted (derived from locks)
-	acked     uint64        // calls numbered below this were answered (the client said so)
-	calls     []call        // answers to the calls numbered acked and above, by seq
-}
-
-// call remembers the answer to one Acquire or Release of a lease, so that a
-// retry gets the same answer and is never executed twice. An Acquire that
-// was queued is updated when its wait ends (granted or cancelled).
-type call struct {
-	seq   uint64
-	req   RequestID
-	kind  Kind
-	code  Code
-	token uint64 // OK Acquire: the grant's token
+	calls     calls         // the memory of its clients' calls
 }
 
 type lock struct {
@@ -206,19 +193,19 @@ func (s *State) leaseCall(c *Command) Result {
 	if l == nil {
 		return Result{Code: LeaseNotFound}
 	}
-	if c.Seq < l.acked {
+	m := &l.calls
+	if m.acknowledged(c.Seq) {
 		return Result{Code: Answered, LeaseNumber: l.number}
 	}
-	if i, found := l.find(c.Seq); found {
-		k := l.calls[i]
+	if k, found := m.outcome(c.Seq); found {
 		if k.req != c.RequestID || k.kind != c.Kind {
 			return Result{Code: Invalid, Reason: fmt.Sprintf("call number %d of this lease was used by another request", c.Seq)}
 		}
-		s.acknowledge(l, c.Ack)
+		m.acknowledge(c.Ack, c.Open, c.Seq)
 		return s.recall(l, k, c)
 	}
-	s.acknowledge(l, c.Ack)
-	if len(l.calls) >= MaxCallsInFlight {
+	m.acknowledge(c.Ack, c.Open, c.Seq)
+	if m.size() >= MaxCallsInFlight {
 		return Result{Code: TooManyCalls, LeaseNumber: l.number}
 	}
 	var r Result
@@ -227,20 +214,14 @@ func (s *State) leaseCall(c *Command) Result {
 	} else {
 		r = s.release(l, c)
 	}
-	i, _ := l.find(c.Seq)
-	l.calls = slices.Insert(l.calls, i, call{seq: c.Seq, req: c.RequestID, kind: c.Kind, code: r.Code, token: grantToken(r)})
+	m.remember(call{seq: c.Seq, req: c.RequestID, kind: c.Kind, code: r.Code, token: rememberedToken(r)})
 	return r
 }
 
-// find returns the index of call seq in l.calls, or where it would go.
-func (l *lease) find(seq uint64) (int, bool) {
-	return slices.BinarySearchFunc(l.calls, seq, func(k call, seq uint64) int { return cmp.Compare(k.seq, seq) })
-}
-
-// grantToken is the token a call's memory keeps: the grant's, for an OK
-// Acquire; zero otherwise.
-func grantToken(r Result) uint64 {
-	if r.Code == OK {
+// rememberedToken is the token a call's memory keeps: the grant's (OK) or
+// the held lock's (AlreadyHeld); zero otherwise.
+func rememberedToken(r Result) uint64 {
+	if r.Code == OK || r.Code == AlreadyHeld {
 		return r.Token
 	}
 	return 0
@@ -249,43 +230,18 @@ func grantToken(r Result) uint64 {
 // recall answers a retried call from its remembered answer, as things stand
 // now: a grant that has ended since answers Ended, never OK.
 func (s *State) recall(l *lease, k call, c *Command) Result {
-	r := Result{Code: k.code, LeaseNumber: l.number}
+	r := Result{Code: k.code, LeaseNumber: l.number, Token: k.token}
 	if k.kind != KindAcquire || k.code != OK {
-		if k.code == LockHeld {
+		if k.code == LockHeld { // who holds it now, as the first answer said who held it then
+			r.LeaseNumber = 0
 			s.describeHolder(s.locks[c.Name], &r)
 		}
 		return r
 	}
-	r.Token = k.token
 	if h := s.locks[c.Name]; h == nil || h.holder != l.id || h.token != k.token {
 		r.Code = Ended
 	}
 	return r
-}
-
-// acknowledge forgets the answers to the calls of l numbered below ack. A
-// call still waiting for its lock is never forgotten (a client that
-// acknowledges it early gets the floor clamped below it).
-func (s *State) acknowledge(l *lease, ack uint64) {
-	if ack <= l.acked {
-		return
-	}
-	n := 0
-	for n < len(l.calls) && l.calls[n].seq < ack && l.calls[n].code != Queued {
-		n++
-	}
-	if n < len(l.calls) && l.calls[n].seq < ack {
-		ack = l.calls[n].seq
-	}
-	l.calls = slices.Delete(l.calls, 0, n)
-	l.acked = max(l.acked, ack)
-}
-
-// settle records how a queued Acquire of l ended (granted or cancelled).
-func (l *lease) settle(seq uint64, code Code, token uint64) {
-	if i, found := l.find(seq); found {
-		l.calls[i].code, l.calls[i].token = code, token
-	}
 }
 
 func (s *State) acquire(l *lease, c *Command) Result {
@@ -371,9 +327,10 @@ func (s *State) cancelWait(c *Command) Result {
 	k.waiters = slices.Delete(k.waiters, i, i+1)
 	l := s.leases[c.Lease]
 	l.waits = removeSorted(l.waits, k.name)
-	l.settle(c.Seq, Cancelled, 0)
+	l.calls.settle(c.Seq, Cancelled, 0)
 	s.forgetIfIdle(k)
-	return Result{Code: OK, LeaseNumber: l.number}
+	return Result{Code: OK, LeaseNumber: l.number,
+		Events: []Event{{Kind: WaitCancelled, Lease: l.id, Number: l.number, Name: c.Name, Seq: c.Seq}}}
 }
 
 func (s *State) put(c *Command) Result {
@@ -411,7 +368,7 @@ func (s *State) handOff(k *lock, r *Result) {
 	}
 	l.waits = removeSorted(l.waits, k.name)
 	s.grant(k, l, w.lockDelay, r)
-	l.settle(w.seq, OK, k.token)
+	l.calls.settle(w.seq, OK, k.token)
 }
 
 func (s *State) grant(k *lock, l *lease, delay time.Duration, r *Result) {

@@ -150,7 +150,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	check(c.NodeID != "", "node id is empty")
+	if err := fsm.ValidName("node id", c.NodeID); err != nil { // it goes into the log (SetNode)
+		errs = append(errs, err)
+	}
 	check(c.DataDir != "", "data dir is empty")
 	check(c.GRPCAddr != "", "gRPC address is empty")
 	check(c.RaftAddr != "", "raft address is empty")

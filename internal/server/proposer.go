@@ -20,6 +20,10 @@ var errIndeterminate = errors.New("outcome unknown: leadership changed while the
 // errNotLeader: this node cannot accept commands now.
 var errNotLeader = errors.New("this node is not the leader")
 
+// errInvalidCommand: a command the state machine would refuse to decode; it
+// is refused alone instead of making its whole batch undecodable.
+var errInvalidCommand = errors.New("invalid command")
+
 // proposer packs concurrent commands into one raft entry each round: while
 // one batch is being committed the next one fills up, so the batch size
 // adapts to the load (one command alone when idle, hundreds under load).
@@ -79,12 +83,16 @@ func (p *proposer) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 // leader's duties of one tick (an expiry storm of many leases) go this way.
 func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposalResult {
 	out := make([]proposalResult, len(cmds))
-	prs := make([]*proposal, 0, len(cmds))
+	prs := make([]*proposal, len(cmds))
 	for i := range cmds {
+		if err := cmds[i].Validate(); err != nil {
+			out[i].err = fmt.Errorf("%w: %v", errInvalidCommand, err)
+			continue
+		}
 		pr := &proposal{cmd: cmds[i], done: make(chan proposalResult, 1)}
 		select {
 		case p.in <- pr:
-			prs = append(prs, pr)
+			prs[i] = pr
 			continue
 		case <-ctx.Done():
 			out[i].err = ctx.Err()
@@ -97,6 +105,9 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 		break
 	}
 	for i, pr := range prs {
+		if pr == nil {
+			continue
+		}
 		select {
 		case out[i] = <-pr.done:
 		case <-ctx.Done():

@@ -178,7 +178,11 @@ func (s *Server) open() error {
 	}
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
 		// Clients ping every 2s to find dead connections (see client.Dial).
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		// The server pings too, so the handlers of a connection that died on
+		// the client's side only (a waiting Acquire, say) end within ~3s
+		// instead of when TCP gives up.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: time.Second}))
 	api.RegisterFenceServer(s.grpc, &service{s: s})
 	go s.grpc.Serve(s.grpcLis)
 

@@ -291,11 +291,10 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 	if err != nil {
 		return nil, err
 	}
-	var wake chan uint64
-	if cmd.Wait { // register first, so a grant right after queueing is not missed
-		wake = v.s.waiters.register(cmd.Lease, cmd.Name)
-		defer v.s.waiters.unregister(cmd.Lease, cmd.Name, wake)
-	}
+	// Register first, so a grant right after queueing is not missed. A retry
+	// registers whatever its Wait says: its first attempt may have queued.
+	wake := v.s.waiters.register(cmd.Lease, cmd.Name, cmd.Seq)
+	defer v.s.waiters.unregister(cmd.Lease, cmd.Name, wake)
 	res, err := v.apply(ctx, cmd, fsm.Queued)
 	if err != nil {
 		return nil, err
@@ -303,20 +302,21 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 	if res.Code == fsm.OK {
 		return &api.AcquireResponse{Name: cmd.Name, Token: res.Token, LeaseNumber: res.LeaseNumber}, nil
 	}
-	for { // queued: wait for the grant, the end of the lease, or the deadline
+	for { // queued: wait for this call's grant or cancellation, the end of the lease, or the deadline
+		if resp, done, err := v.waitOutcome(cmd); done {
+			return resp, err
+		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
 			return v.giveUp(ctx, cmd)
 		}
-		if resp, done, err := v.waitOutcome(cmd); done {
-			return resp, err
-		}
 	}
 }
 
-// waitOutcome looks at the state after a wake-up: granted, lease gone, or
-// still queued (done=false).
+// waitOutcome looks at this call's remembered answer (not at the lock: it
+// may be held by another call of the same lease): granted, cancelled, lease
+// gone, or still queued (done=false).
 func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done bool, err error) {
 	v.s.replica.read(func(s *fsm.State) {
 		l, alive := s.Lease(cmd.Lease)
@@ -324,8 +324,14 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.LeaseNotFound})
 			return
 		}
-		if k, ok := s.Lock(cmd.Name); ok && k.Holder == cmd.Lease {
-			resp, done = &api.AcquireResponse{Name: cmd.Name, Token: k.Token, LeaseNumber: l.Number}, true
+		code, token, found := s.CallOutcome(cmd.Lease, cmd.Seq)
+		switch {
+		case !found: // acknowledged: its client has the answer from another attempt
+			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.Answered})
+		case code == fsm.OK:
+			resp, done = &api.AcquireResponse{Name: cmd.Name, Token: token, LeaseNumber: l.Number}, true
+		case code != fsm.Queued:
+			done, err = true, refusal(&cmd, &fsm.Result{Code: code, Token: token})
 		}
 	})
 	return resp, done, err
@@ -333,10 +339,14 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 
 // giveUp leaves the queue after the caller's deadline. If the grant won the
 // race, the lease holds the lock: a retry with the same request id returns it.
+// While another attempt of the same call still waits here (a retry that
+// came over a new connection before this one's ended), the wait is left to it.
 func (v *service) giveUp(callCtx context.Context, cmd fsm.Command) (*api.AcquireResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
+	if v.s.waiters.attempts(cmd.Lease, cmd.Name, cmd.Seq) <= 1 {
+		_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
+	}
 	if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
 		return nil, status.Errorf(codes.DeadlineExceeded, "gave up waiting for lock %q at the call's deadline", cmd.Name)
 	}

@@ -38,13 +38,23 @@ func requestID(b []byte) (fsm.RequestID, error) {
 	return id, nil
 }
 
-// callNumber checks the seq and ack of a lease's Acquire or Release.
-func callNumber(seq, ack uint64) error {
+// callNumber checks the seq, ack and open of a lease's Acquire or Release.
+func callNumber(seq, ack uint64, open []uint64) error {
 	if seq == 0 {
 		return invalid("seq is missing; number the Acquire and Release calls of a lease from 1, the same number on every retry of one call")
 	}
 	if ack > seq {
 		return invalid("ack %d is above seq %d; ack is the lowest call number whose answer the client has not received", ack, seq)
+	}
+	prev := ack
+	for _, o := range open {
+		if ack == 0 || o <= prev || o >= seq {
+			return invalid("open %v: list the unanswered calls strictly between ack %d and seq %d, in increasing order (none with ack 0)", open, ack, seq)
+		}
+		prev = o
+	}
+	if len(open) > fsm.MaxCallsInFlight {
+		return invalid("open lists %d calls; at most %d may be unanswered", len(open), fsm.MaxCallsInFlight)
 	}
 	return nil
 }
@@ -97,12 +107,12 @@ func (l limits) createLease(r *api.CreateLeaseRequest) (fsm.Command, error) {
 }
 
 func (l limits) acquire(r *api.AcquireRequest) (fsm.Command, error) {
-	c := fsm.Command{Kind: fsm.KindAcquire, Name: r.GetName(), Wait: r.GetWait(), LockDelay: l.lockDelay, Seq: r.GetSeq(), Ack: r.GetAck()}
+	c := fsm.Command{Kind: fsm.KindAcquire, Name: r.GetName(), Wait: r.GetWait(), LockDelay: l.lockDelay, Seq: r.GetSeq(), Ack: r.GetAck(), Open: r.GetOpen()}
 	var err error
 	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
 		return c, err
 	}
-	if err := callNumber(c.Seq, c.Ack); err != nil {
+	if err := callNumber(c.Seq, c.Ack, c.Open); err != nil {
 		return c, err
 	}
 	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
@@ -123,12 +133,12 @@ func (l limits) acquire(r *api.AcquireRequest) (fsm.Command, error) {
 }
 
 func (l limits) release(r *api.ReleaseRequest) (fsm.Command, error) {
-	c := fsm.Command{Kind: fsm.KindRelease, Name: r.GetName(), Seq: r.GetSeq(), Ack: r.GetAck()}
+	c := fsm.Command{Kind: fsm.KindRelease, Name: r.GetName(), Seq: r.GetSeq(), Ack: r.GetAck(), Open: r.GetOpen()}
 	var err error
 	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
 		return c, err
 	}
-	if err := callNumber(c.Seq, c.Ack); err != nil {
+	if err := callNumber(c.Seq, c.Ack, c.Open); err != nil {
 		return c, err
 	}
 	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
@@ -239,6 +249,8 @@ func proposeErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, errInvalidCommand):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, errNotLeader):
 		return status.Error(codes.Unavailable, "this node is not the leader (or is still taking over); retry shortly")
 	case errors.Is(err, errIndeterminate):

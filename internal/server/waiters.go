@@ -10,22 +10,29 @@ import (
 // makes later (on release, revoke, expiry or the end of a lock-delay).
 type waiters struct {
 	mu sync.Mutex
-	m  map[fsm.LeaseID]map[string][]chan uint64 // guarded by mu
+	m  map[fsm.LeaseID]map[string][]waiting // guarded by mu
 }
 
-// register returns a channel that receives the token when lease is granted
-// name, or 0 when the lease ends first. Call before proposing the Acquire.
-func (w *waiters) register(lease fsm.LeaseID, name string) chan uint64 {
+// waiting is one Acquire handler: its call number and its wake-up channel.
+type waiting struct {
+	seq uint64
+	ch  chan uint64
+}
+
+// register returns a channel that is signalled when call seq of lease may
+// have been granted name or cancelled, or when the lease ends. Call before
+// proposing the Acquire.
+func (w *waiters) register(lease fsm.LeaseID, name string, seq uint64) chan uint64 {
 	ch := make(chan uint64, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
-		w.m = map[fsm.LeaseID]map[string][]chan uint64{}
+		w.m = map[fsm.LeaseID]map[string][]waiting{}
 	}
 	if w.m[lease] == nil {
-		w.m[lease] = map[string][]chan uint64{}
+		w.m[lease] = map[string][]waiting{}
 	}
-	w.m[lease][name] = append(w.m[lease][name], ch)
+	w.m[lease][name] = append(w.m[lease][name], waiting{seq, ch})
 	return ch
 }
 
@@ -35,7 +42,7 @@ func (w *waiters) unregister(lease fsm.LeaseID, name string, ch chan uint64) {
 	defer w.mu.Unlock()
 	chans := w.m[lease][name]
 	for i, c := range chans {
-		if c == ch {
+		if c.ch == ch {
 			chans = append(chans[:i], chans[i+1:]...)
 			break
 		}
@@ -50,9 +57,23 @@ func (w *waiters) unregister(lease fsm.LeaseID, name string, ch chan uint64) {
 	}
 }
 
+// attempts returns how many handlers of call seq of lease wait for name
+// here (the first attempt and retries of one call).
+func (w *waiters) attempts(lease fsm.LeaseID, name string, seq uint64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, c := range w.m[lease][name] {
+		if c.seq == seq {
+			n++
+		}
+	}
+	return n
+}
+
 // event wakes the calls an applied event concerns. It never blocks.
 func (w *waiters) event(e *fsm.Event) {
-	if e.Kind != fsm.Granted && e.Kind != fsm.LeaseEnded {
+	if e.Kind != fsm.Granted && e.Kind != fsm.LeaseEnded && e.Kind != fsm.WaitCancelled {
 		return
 	}
 	w.mu.Lock()
@@ -61,15 +82,15 @@ func (w *waiters) event(e *fsm.Event) {
 	if byName == nil {
 		return
 	}
-	notify := func(chans []chan uint64, tok uint64) {
-		for _, ch := range chans {
+	notify := func(chans []waiting, tok uint64) {
+		for _, c := range chans {
 			select {
-			case ch <- tok:
+			case c.ch <- tok:
 			default:
 			}
 		}
 	}
-	if e.Kind == fsm.Granted {
+	if e.Kind == fsm.Granted || e.Kind == fsm.WaitCancelled {
 		notify(byName[e.Name], e.Token)
 		return
 	}
@@ -85,9 +106,9 @@ func (w *waiters) wakeAll() {
 	defer w.mu.Unlock()
 	for _, byName := range w.m {
 		for _, chans := range byName {
-			for _, ch := range chans {
+			for _, c := range chans {
 				select {
-				case ch <- 0:
+				case c.ch <- 0:
 				default:
 				}
 			}
