@@ -158,10 +158,16 @@ func (w *worker) newClient() {
 	w.seq = 0
 }
 
-// call records the start of an operation.
-func (w *worker) call(kind, lock string, token uint64, value string) *Op {
+// call records the start of an operation. Whatever the checks need of an
+// operation that never returns (a worker killed mid-call leaves it open)
+// must be set by set before the record is written: its store, above all,
+// or an open write that committed drops out of its row's history.
+func (w *worker) call(kind, lock string, token uint64, value string, set ...func(o *Op)) *Op {
 	w.seq++
 	o := &Op{Client: w.client, Seq: w.seq, Kind: kind, Lock: lock, Token: token, Value: value, Call: Mono()}
+	for _, f := range set {
+		f(o)
+	}
 	w.rec.write(o)
 	return o
 }
@@ -223,8 +229,7 @@ func (w *worker) iteration() {
 	} else {
 		ttl = w.cfg.dialTTL()
 	}
-	acq := w.call("acquire", name, 0, "")
-	acq.TTL = ttl
+	acq := w.call("acquire", name, 0, "", func(o *Op) { o.TTL = ttl })
 	var l *client.Lease
 	// Long enough to outwait a holder with a long per-lock TTL.
 	err := w.timedFor(8*w.cfg.TTL, func(ctx context.Context) (err error) { l, err = w.cl.Lock(ctx, name, opts...); return err })
@@ -256,10 +261,8 @@ func (w *worker) iteration() {
 // transaction, then commit), then get and put the fenced key. It returns
 // false if it gave up on the lease (then there is nothing to release).
 func (w *worker) critical(l *client.Lease, st *store, inTx bool, id int, name string, tok uint64) bool {
-	op := func(kind string, token uint64, value string) *Op {
-		o := w.call(kind, name, token, value)
-		o.Store, o.Tx = st.name, inTx
-		return o
+	op := func(kind string, token uint64, value string, set ...func(o *Op)) *Op {
+		return w.call(kind, name, token, value, append(set, func(o *Op) { o.Store, o.Tx = st.name, inTx })...)
 	}
 	if w.cfg.Fencing {
 		claim := op("claim", tok, "")
@@ -300,8 +303,8 @@ func (w *worker) critical(l *client.Lease, st *store, inTx bool, id int, name st
 	// ...but the work takes time, and a pause here outlives the lease: only
 	// the token stops the write that follows.
 	time.Sleep(time.Duration(w.rng.Int64N(int64(w.cfg.TTL / 2))))
-	write := op("write", tok, strconv.FormatInt(value+1, 10))
-	write.ValidUntil, write.Seen = valid, seen
+	believed := func(o *Op) { o.ValidUntil, o.Seen = valid, seen }
+	write := op("write", tok, strconv.FormatInt(value+1, 10), believed)
 	err := w.timed(func(ctx context.Context) error { return w.write(ctx, st, q, tok, id, value+1) })
 	if tx != nil {
 		if err != nil {
@@ -328,8 +331,7 @@ func (w *worker) critical(l *client.Lease, st *store, inTx bool, id int, name st
 	default:
 		w.ret(get, Unknown, err)
 	}
-	put := w.call("kvput", name, tok, fmt.Sprintf("%s#%d", w.client, w.seq+1))
-	put.ValidUntil, put.Seen = valid, seen
+	put := w.call("kvput", name, tok, fmt.Sprintf("%s#%d", w.client, w.seq+1), believed)
 	w.dbResult(put, w.timed(func(ctx context.Context) error { return w.cl.Put(ctx, name, []byte(put.Value), tok) }))
 	return true
 }
