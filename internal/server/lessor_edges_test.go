@@ -195,3 +195,23 @@ func TestLessorRetriesFailedGrantNext(t *testing.T) {
 		t.Fatalf("%d proposals, want 3", len(proposed))
 	}
 }
+
+// TestLessorDutiesGetTimeToCommit: a batch of duties may take up to ten
+// ticks plus a second (2 s at a 100 ms tick) to commit before it is given up
+// and retried; a bound of zero would fail every Expire before raft saw it,
+// and no unrenewed lease would ever end. The bound is real time (raft's), so
+// the test reads the context's deadline rather than waiting for it.
+func TestLessorDutiesGetTimeToCommit(t *testing.T) {
+	var left time.Duration
+	propose := func(ctx context.Context, cmds []fsm.Command) []proposalResult {
+		if dl, ok := ctx.Deadline(); ok {
+			left = time.Until(dl)
+		}
+		return make([]proposalResult, len(cmds))
+	}
+	ls := newLessor(clocktest.New(), 100*time.Millisecond, propose, testLogger())
+	ls.perform(context.Background(), []fsm.Command{{Kind: fsm.KindExpire, Lease: fsm.LeaseID{1}}})
+	if left <= time.Second || left > 2*time.Second {
+		t.Fatalf("duties may take %v to commit, want 2s (10 ticks + 1s)", left)
+	}
+}
