@@ -87,6 +87,10 @@ func TestDecodeBatchRefuses(t *testing.T) {
 		{"newer version", []byte{3, 0}},
 		{"count missing", []byte{2}},
 		{"count above the bytes left", []byte{2, 2, 10, 0}},
+		// 2^62 commands: refused before the decoder sizes a slice for them
+		// (make would panic).
+		{"count of 2^62", []byte{2, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 10, 0}},
+		{"count above the batch limit", cat([]byte{2, 0x81, 0x80, 0x40}, rep(0, 1<<20+1))},
 		{"trailing byte", []byte{2, 1, 10, 0, 0}},
 		{"unknown kind", []byte{2, 1, 99}},
 		{"kind 0", []byte{2, 1, 0}},
