@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,5 +216,78 @@ func TestLessorDutiesGetTimeToCommit(t *testing.T) {
 	ls.perform(context.Background(), []fsm.Command{{Kind: fsm.KindExpire, Lease: fsm.LeaseID{1}}})
 	if left <= time.Second || left > 2*time.Second {
 		t.Fatalf("duties may take %v to commit, want 2s (10 ticks + 1s)", left)
+	}
+}
+
+// lines is a slog handler that keeps each record's message.
+type lines struct {
+	mu  sync.Mutex
+	msg []string
+}
+
+func (h *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.msg = append(h.msg, r.Message)
+	h.mu.Unlock()
+	return nil
+}
+func (h *lines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *lines) WithGroup(string) slog.Handler      { return h }
+
+func (h *lines) count(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msg {
+		if m == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLessorLogsBounded: an expiry storm logs one line per lease for the
+// first 100 and then one count, not a line per lease; 100 expiries log 100
+// lines and no count. A tick that does not commit logs a warning; one that
+// commits logs nothing.
+func TestLessorLogsBounded(t *testing.T) {
+	for _, tc := range []struct{ expires, lines, counts int }{{100, 100, 0}, {101, 100, 1}} {
+		h := &lines{}
+		ok := func(_ context.Context, cmds []fsm.Command) []proposalResult { return make([]proposalResult, len(cmds)) }
+		ls := newLessor(clocktest.New(), 100*time.Millisecond, ok, slog.New(h))
+		cmds := make([]fsm.Command, tc.expires)
+		for i := range cmds {
+			cmds[i] = fsm.Command{Kind: fsm.KindExpire, Lease: fsm.LeaseID{byte(i), 1}}
+		}
+		ls.perform(context.Background(), cmds)
+		if got, counts := h.count("lease expired"), h.count("leases expired"); got != tc.lines || counts != tc.counts {
+			t.Errorf("%d expiries logged %d lines and %d counts, want %d and %d", tc.expires, got, counts, tc.lines, tc.counts)
+		}
+	}
+	h := &lines{}
+	fail := errors.New("not committed")
+	var failTick atomic.Bool
+	propose := func(_ context.Context, cmds []fsm.Command) []proposalResult {
+		out := make([]proposalResult, len(cmds))
+		if failTick.Load() {
+			out[0].err = fail
+		}
+		return out
+	}
+	c := clocktest.New()
+	s, _ := oneLease(t, time.Minute)
+	ls := newLessor(c, 100*time.Millisecond, propose, slog.New(h))
+	ls.activate(s)
+	c.Advance(100 * time.Millisecond)
+	ls.step(context.Background())
+	if n := h.count("tick not committed"); n != 0 {
+		t.Fatalf("a committed tick logged %d warnings", n)
+	}
+	failTick.Store(true)
+	c.Advance(100 * time.Millisecond)
+	ls.step(context.Background())
+	if n := h.count("tick not committed"); n != 1 {
+		t.Fatalf("a tick that did not commit logged %d warnings, want 1", n)
 	}
 }
