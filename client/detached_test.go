@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/clock/clocktest"
 )
 
 // TestLockDetached: a detached lock is granted under a lease of its own,
@@ -114,5 +115,24 @@ func TestCloseReportsUnrevokedLease(t *testing.T) {
 	ts.stop()
 	if err := down.Close(); err == nil {
 		t.Fatal("Close with the server gone returned nil, as if the lease were revoked")
+	}
+}
+
+// TestCloseAfterServerExpiry: the server expired the lease (its fake clock
+// stood still, so the client never renewed nor noticed); Close finds it gone
+// (NOT_FOUND), which is what it wanted, and returns nil.
+func TestCloseAfterServerExpiry(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr, client.WithClock(clocktest.New()), client.WithTTL(200*time.Millisecond))
+	if _, err := c.TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	watcher := dial(t, ts.addr)
+	waitFor(func() bool { // the server's real-time expiry; no bound: the test deadline catches a hang
+		info, err := watcher.Status(ctxT(t, 5*time.Second), "x")
+		return err == nil && !info.Held()
+	})
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close of a lease the server had ended: %v, want nil", err)
 	}
 }
