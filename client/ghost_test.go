@@ -220,3 +220,28 @@ func TestGiveBackRefusedEndsSession(t *testing.T) {
 		t.Fatalf("next grant has token %d, want 2 (the lost grant had 1)", l.Token())
 	}
 }
+
+// TestReleaseSettledAfterSeveralAttempts: Release cannot reach the server
+// for 1.5 s, longer than one settle attempt (1 s) but inside the settle
+// bound (5 s). The client keeps settling while the session lives, and the
+// release succeeds; it does not give up the session after one attempt.
+func TestReleaseSettledAfterSeveralAttempts(t *testing.T) {
+	ts := startServer(t)
+	var until atomic.Int64 // unix nanos until which releases fail; 0 before Release
+	c := dial(t, ts.addr, client.WithDialOptions(failRelease(func() bool { return time.Now().UnixNano() < until.Load() })))
+	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Lock(ctxT(t, 5*time.Second), "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until.Store(time.Now().Add(1500 * time.Millisecond).UnixNano())
+	if err := l.Release(ctxT(t, 200*time.Millisecond)); err != nil {
+		t.Fatalf("Release unreachable for 1.5s: %v, want it settled", err)
+	}
+	if err := other.Err(); err != nil {
+		t.Fatalf("the session was given up: %v", err)
+	}
+}
