@@ -424,7 +424,7 @@ func (c *Client) abandon(s *session, what string, err error) {
 // acquireRequest builds an Acquire numbered seq in its lease, with a fresh
 // request id (both reused on retries).
 func acquireRequest(lease []byte, seq uint64, name string, wait bool, o *options) *api.AcquireRequest {
-	req := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease, Seq: seq, Name: name, Wait: wait}
+	req := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease, Seq: seq, Ack: seq, Name: name, Wait: wait} // a session sets Ack before each send
 	if o.lockDelay != nil {
 		req.LockDelay = durationpb.New(*o.lockDelay)
 	}

@@ -156,6 +156,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	case codes.NotFound: // the whole lease ended (it expired, or was revoked)
 		l.s.end(fmt.Errorf("%w: the server no longer had lease #%d", ErrExpired, l.s.number))
 		return l.Err()
+	case codes.ResourceExhausted: // refused, not executed (and never will be): the lease still holds the lock
+		return fmt.Errorf("fence: release %q: too many calls of lease #%d in flight; the lock is still held, release it again later: %w", l.name, l.s.number, err)
 	case codes.FailedPrecondition: // this grant alone ended: an admin force-released it
 		l.revoke(fmt.Errorf("%w: lock %q (token %d) was no longer held by lease #%d when released", ErrRevoked, l.name, l.token, l.s.number))
 		return l.Err()

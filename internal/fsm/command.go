@@ -92,14 +92,14 @@ type Command struct {
 	// 1, a new number per call and the same on its retries; CancelWait names
 	// the waiting Acquire by it.
 	Seq uint64
-	// Ack: every call of this lease numbered below Ack has been answered, so
-	// the state forgets their answers and refuses them if they arrive again
-	// (Raft thesis §6.3). 0 acknowledges nothing.
+	// Ack (≥ 1, ≤ Seq): the client's lowest call whose answer it has not
+	// received; every call of this lease numbered below Ack has been
+	// answered, so the state forgets their answers and refuses them if they
+	// arrive again (Raft thesis §6.3).
 	Ack uint64
 	// Open: the calls numbered between Ack and Seq (exclusive) whose answers
 	// the client has not received, in order; every other call below Seq it
-	// has answers for (acknowledged the same way). With Ack 0 (nothing
-	// acknowledged) Open must be empty.
+	// has answers for (acknowledged the same way).
 	Open      []uint64
 	TTL       time.Duration // CreateLease
 	Owner     string        // CreateLease

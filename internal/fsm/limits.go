@@ -75,6 +75,9 @@ func (c *Command) Validate() error {
 	if want&fSeq != 0 && c.Seq == 0 {
 		return fmt.Errorf("%w: %s needs a call number (seq ≥ 1)", ErrInvalid, c.Kind)
 	}
+	if want&fAck != 0 && c.Ack == 0 {
+		return fmt.Errorf("%w: %s needs an ack (≥ 1: the lowest call number whose answer the client has not received)", ErrInvalid, c.Kind)
+	}
 	if c.Ack > c.Seq {
 		return fmt.Errorf("%w: ack %d is above the call's own seq %d (a call is not answered before it is made)", ErrInvalid, c.Ack, c.Seq)
 	}
@@ -125,9 +128,6 @@ func (c *Command) Validate() error {
 // validOpen checks a request's list of unanswered calls: increasing, each
 // strictly between ack and seq, at most MaxCallsInFlight.
 func validOpen(open []uint64, ack, seq uint64) error {
-	if ack == 0 && len(open) > 0 {
-		return fmt.Errorf("%w: open calls listed with ack 0 (which acknowledges nothing)", ErrInvalid)
-	}
 	if len(open) > MaxCallsInFlight {
 		return fmt.Errorf("%w: %d open calls listed, the limit is %d", ErrInvalid, len(open), MaxCallsInFlight)
 	}

@@ -11,7 +11,7 @@ import (
 // step past it (limits.go), with ErrInvalid.
 func TestValidateEdges(t *testing.T) {
 	acq := func(edit func(*Command)) Command {
-		c := Command{Kind: KindAcquire, RequestID: RequestID{1}, Lease: LeaseID{1}, Seq: 5, Name: "n"}
+		c := Command{Kind: KindAcquire, RequestID: RequestID{1}, Lease: LeaseID{1}, Seq: 5, Ack: 1, Name: "n"}
 		edit(&c)
 		return c
 	}

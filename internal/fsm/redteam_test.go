@@ -44,8 +44,8 @@ func TestRedteamLongWaitWedgesLease(t *testing.T) {
 	}
 	c := rtCall(KindRelease, 1, seq, seq, "mine", false)
 	if r := s.Apply(&c); r.Code != OK {
-		t.Fatalf("release of a held lock (call %d, every earlier answer but the waiting call's acknowledged) refused: %v; the lease remembers %d calls from floor %d",
-			seq, r.Code, s.leases[id(1)].calls.size(), s.leases[id(1)].calls.floor)
+		t.Fatalf("release of a held lock (call %d, every earlier answer but the waiting call's acknowledged) refused: %v; the lease remembers %d calls below top %d",
+			seq, r.Code, s.leases[id(1)].calls.size(), s.leases[id(1)].calls.top)
 	}
 }
 
@@ -84,14 +84,14 @@ func TestRedteamRefusedCallActsLate(t *testing.T) {
 	if r := s.Apply(&late); r.Code != Answered {
 		k, _ := s.Lock("b")
 		t.Fatalf("late duplicate of call %d (answered TooManyCalls, not executed) answered %v now (b: %+v, floor %d)",
-			refused, r.Code, k, s.leases[id(1)].calls.floor)
+			refused, r.Code, k, s.leases[id(1)].calls.top)
 	}
 	if n := s.leases[id(1)].calls.size(); n > 1024/2 {
 		t.Fatalf("the lease still remembers %d calls after acknowledging all but its grants", n)
 	}
 }
 
-func mustCode(t *testing.T, s *State, c Command, want Code) Result {
+func mustCode(t testing.TB, s *State, c Command, want Code) Result {
 	t.Helper()
 	r := s.Apply(&c)
 	if r.Code != want {

@@ -99,3 +99,6 @@ func TestStaleGrantNextIgnored(t *testing.T) {
 		t.Fatalf("a retried grant-next of the first delay ended the second delay early: %+v", k)
 	}
 }
+
+// size is what a lease's memory of calls holds: answers and gaps.
+func (m *calls) size() int { return len(m.answers) + len(m.gaps) }

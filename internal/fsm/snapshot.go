@@ -15,7 +15,7 @@ import (
 //
 //	version token clock leaseSeq
 //	count × lease(id number ttl owner createReq renewals renewedAt
-//	              floor count × span(lo hi) count × call(seq req kind code token))
+//	              top count × gap count × call(seq req kind code token))
 //	count × lock(name holder token lockDelay delayed delayFrom count × waiter(lease seq lockDelay))
 //	count × kv(key value token)
 //	count × node(id addr)
@@ -44,11 +44,10 @@ func (s *State) Marshal(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, l.renewals)
 		dst = binary.AppendUvarint(dst, uint64(l.renewedAt))
 		m := &l.calls
-		dst = binary.AppendUvarint(dst, m.floor)
-		dst = binary.AppendUvarint(dst, uint64(len(m.done)))
-		for _, sp := range m.done {
-			dst = binary.AppendUvarint(dst, sp.lo)
-			dst = binary.AppendUvarint(dst, sp.hi)
+		dst = binary.AppendUvarint(dst, m.top)
+		dst = binary.AppendUvarint(dst, uint64(len(m.gaps)))
+		for _, g := range m.gaps {
+			dst = binary.AppendUvarint(dst, g)
 		}
 		dst = binary.AppendUvarint(dst, uint64(len(m.answers)))
 		for _, k := range m.answers {
@@ -125,13 +124,13 @@ func Unmarshal(b []byte) (*State, error) {
 		l.renewals = d.uvarint()
 		l.renewedAt = d.duration()
 		m := &l.calls
-		m.floor = d.uvarint()
+		m.top = d.uvarint()
 		for n := d.count(); n > 0 && d.err == nil; n-- {
-			sp := span{d.uvarint(), d.uvarint()}
-			if d.err == nil && !validSpan(m, sp) {
-				d.fail("lease %v has a bad acknowledged span %+v", l.id, sp)
+			g := d.uvarint()
+			if d.err == nil && (g == 0 || g >= m.top || len(m.gaps) > 0 && g <= m.gaps[len(m.gaps)-1] || len(m.gaps) > MaxCallsInFlight) {
+				d.fail("lease %v has a bad unanswered call number %d", l.id, g)
 			}
-			m.done = append(m.done, sp)
+			m.gaps = append(m.gaps, g)
 		}
 		for n := d.count(); n > 0 && d.err == nil; n-- {
 			var k call
@@ -154,8 +153,8 @@ func Unmarshal(b []byte) (*State, error) {
 			d.fail("lease %v has no create request id", l.id)
 		case l.number == 0 || l.number > s.leaseSeq || numbers[l.number]:
 			d.fail("lease number %d repeated or outside 1…%d", l.number, s.leaseSeq)
-		case m.size() > MaxCallsInFlight:
-			d.fail("lease remembers %d calls, limit %d", m.size(), MaxCallsInFlight)
+		case len(m.answers) > MaxCallsInFlight:
+			d.fail("lease remembers %d calls, limit %d", len(m.answers), MaxCallsInFlight)
 		case s.created[l.createReq] != LeaseID{}:
 			d.fail("two leases were created by one request")
 		}
@@ -279,20 +278,11 @@ type waitingCall struct {
 	seq   uint64
 }
 
-// validSpan checks an acknowledged span read from a snapshot: at or above
-// the floor, after the previous span with a gap between them.
-func validSpan(m *calls, sp span) bool {
-	if sp.lo < m.floor || sp.hi < sp.lo {
-		return false
-	}
-	return len(m.done) == 0 || sp.lo > m.done[len(m.done)-1].hi+1
-}
-
-// validCall checks a remembered call read from a snapshot: numbered at or
-// above the floor, after the previous one, not acknowledged, an Acquire or
-// Release with an answer either can give, a token only where it belongs.
+// validCall checks a remembered call read from a snapshot: numbered below
+// top, after the previous one, not among the gaps, an Acquire or Release
+// with an answer either can give, a token only where it belongs.
 func (s *State) validCall(m *calls, k call) bool {
-	if k.seq == 0 || k.req.IsZero() || m.acknowledged(k.seq) ||
+	if _, gap := slices.BinarySearch(m.gaps, k.seq); gap || k.seq == 0 || k.seq >= m.top || k.req.IsZero() ||
 		len(m.answers) > 0 && k.seq <= m.answers[len(m.answers)-1].seq {
 		return false
 	}
@@ -315,16 +305,20 @@ func (l *lease) queued(seq uint64) bool {
 	return found && k.kind == KindAcquire && k.code == Queued
 }
 
-// CallOutcome returns the remembered answer of call seq of a lease: its code
-// and, for a grant, its token. found is false if the lease has ended or the
-// call is not remembered (never made, or acknowledged by its client).
-func (s *State) CallOutcome(lease LeaseID, seq uint64) (code Code, token uint64, found bool) {
+// Answer returns what a retry of call seq of a lease (an Acquire of lock
+// name) would be answered now, changing nothing: a grant that has ended
+// since answers Ended, never OK. found is false if the lease has ended or
+// the call is not remembered (never made, or acknowledged by its client).
+func (s *State) Answer(lease LeaseID, seq uint64, name string) (r Result, found bool) {
 	l := s.leases[lease]
 	if l == nil {
-		return 0, 0, false
+		return Result{}, false
 	}
 	k, found := l.calls.outcome(seq)
-	return k.code, k.token, found
+	if !found {
+		return Result{}, false
+	}
+	return s.recall(l, k, &Command{Name: name}), true
 }
 
 // NodeAddr returns the client address a node recorded, if any.

@@ -22,8 +22,8 @@ type snapLease struct {
 	createReq RequestID
 	renewals  uint64
 	renewedAt time.Duration
-	acked     uint64 // the floor
-	done      []span
+	acked     uint64 // top: the numbers below it are seen or covered
+	gaps      []uint64
 	calls     []call
 }
 
@@ -75,10 +75,9 @@ func (s snap) bytes() []byte {
 		b = putUvarint(b, l.renewals)
 		b = putUvarint(b, uint64(l.renewedAt))
 		b = putUvarint(b, l.acked)
-		b = putUvarint(b, uint64(len(l.done)))
-		for _, sp := range l.done {
-			b = putUvarint(b, sp.lo)
-			b = putUvarint(b, sp.hi)
+		b = putUvarint(b, uint64(len(l.gaps)))
+		for _, g := range l.gaps {
+			b = putUvarint(b, g)
 		}
 		b = putUvarint(b, uint64(len(l.calls)))
 		for _, k := range l.calls {
@@ -131,9 +130,9 @@ func baseSnap() snap {
 	return snap{
 		version: 3, token: 5, clock: 10 * time.Second, leaseSeq: 2,
 		leases: []snapLease{
-			{id: LeaseID{1}, number: 1, ttl: 10 * time.Second, owner: "me", createReq: RequestID{1}, renewals: 2, renewedAt: 3 * time.Second, acked: 2,
+			{id: LeaseID{1}, number: 1, ttl: 10 * time.Second, owner: "me", createReq: RequestID{1}, renewals: 2, renewedAt: 3 * time.Second, acked: 4,
 				calls: []call{{seq: 2, req: RequestID{10}, kind: KindAcquire, code: OK, token: 5}, {seq: 3, req: RequestID{11}, kind: KindAcquire, code: Queued}}},
-			{id: LeaseID{2}, number: 2, ttl: time.Second, createReq: RequestID{2}, acked: 1,
+			{id: LeaseID{2}, number: 2, ttl: time.Second, createReq: RequestID{2}, acked: 3,
 				calls: []call{{seq: 1, req: RequestID{12}, kind: KindAcquire, code: OK, token: 4}, {seq: 2, req: RequestID{13}, kind: KindRelease, code: NotHolder}}},
 		},
 		locks: []snapLock{
@@ -202,7 +201,15 @@ func TestUnmarshalEdges(t *testing.T) {
 		{"ttl at the minimum", func(s *snap) { s.leases[1].ttl = MinTTL }},
 		{"ttl at the maximum", func(s *snap) { s.leases[1].ttl = MaxTTL }},
 		{"owner of 256 bytes", func(s *snap) { s.leases[0].owner = string(bytes.Repeat([]byte("o"), MaxOwnerLen)) }},
-		{"calls at the limit", func(s *snap) { s.leases[1].calls = releases(1, MaxCallsInFlight) }},
+		{"calls at the limit", func(s *snap) {
+			s.leases[1].calls, s.leases[1].acked = releases(1, MaxCallsInFlight), MaxCallsInFlight+1
+		}},
+		{"gaps at the limit", func(s *snap) {
+			s.leases[0].acked = 4 + MaxCallsInFlight + 1
+			for g := uint64(4); g < s.leases[0].acked; g++ {
+				s.leases[0].gaps = append(s.leases[0].gaps, g)
+			}
+		}},
 		{"acquire cancelled", func(s *snap) {
 			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: Cancelled}
 		}},
@@ -268,10 +275,22 @@ func TestUnmarshalRefuses(t *testing.T) {
 		{"no create request", func(s *snap) { s.leases[1].createReq = RequestID{} }},
 		{"lease number 0", func(s *snap) { s.leases[1].number = 0 }},
 		{"lease number above the last", func(s *snap) { s.leases[1].number = 3 }},
-		{"too many calls", func(s *snap) { s.leases[1].calls = releases(1, MaxCallsInFlight+1) }},
+		{"too many calls", func(s *snap) {
+			s.leases[1].calls, s.leases[1].acked = releases(1, MaxCallsInFlight+1), MaxCallsInFlight+2
+		}},
+		{"too many gaps", func(s *snap) {
+			s.leases[0].acked = 4 + MaxCallsInFlight + 2
+			for g := uint64(4); g < s.leases[0].acked; g++ {
+				s.leases[0].gaps = append(s.leases[0].gaps, g)
+			}
+		}},
 		// remembered calls
-		{"call below the floor", func(s *snap) { s.leases[1].acked = 2 }},
-		{"call number 0", func(s *snap) { s.leases[1].acked = 0; s.leases[1].calls[0].seq = 0 }},
+		{"call at or above top", func(s *snap) { s.leases[1].acked = 2 }},
+		{"call number 0", func(s *snap) { s.leases[1].calls[0].seq = 0 }},
+		{"a call that is also a gap", func(s *snap) { s.leases[1].gaps = []uint64{1} }},
+		{"a gap at top", func(s *snap) { s.leases[1].gaps = []uint64{3} }},
+		{"gap 0", func(s *snap) { s.leases[0].gaps = []uint64{0} }},
+		{"gaps out of order", func(s *snap) { s.leases[0].acked = 9; s.leases[0].gaps = []uint64{6, 5} }},
 		{"call without request id", func(s *snap) { s.leases[1].calls[1].req = RequestID{} }},
 		{"calls repeat a number", func(s *snap) { s.leases[1].calls[1].seq = 1 }},
 		{"calls out of order", func(s *snap) { s.leases[1].calls[0].seq, s.leases[1].calls[1].seq = 3, 2 }},

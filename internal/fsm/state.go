@@ -204,8 +204,8 @@ func (s *State) leaseCall(c *Command) Result {
 		m.acknowledge(c.Ack, c.Open, c.Seq)
 		return s.recall(l, k, c)
 	}
-	m.acknowledge(c.Ack, c.Open, c.Seq)
-	if m.size() >= MaxCallsInFlight {
+	m.acknowledge(c.Ack, c.Open, c.Seq) // covers c.Seq: refused below, it is acknowledged for good
+	if len(m.answers) >= MaxCallsInFlight {
 		return Result{Code: TooManyCalls, LeaseNumber: l.number}
 	}
 	var r Result

@@ -14,12 +14,22 @@ func cmdCreate(l, r byte) Command {
 }
 
 // cmdAcquire and cmdRelease number the call r within its lease and give it
-// request id r: the same r is a retry of the same call.
+// request id r: the same r is a retry of the same call. They acknowledge
+// nothing (every earlier call open), so the tests can retry any call.
 func cmdAcquire(l, r byte, name string, wait bool) Command {
-	return Command{Kind: KindAcquire, RequestID: req(r), Lease: id(l), Seq: uint64(r), Name: name, Wait: wait}
+	return Command{Kind: KindAcquire, RequestID: req(r), Lease: id(l), Seq: uint64(r), Ack: 1, Open: allOpen(uint64(r)), Name: name, Wait: wait}
 }
 func cmdRelease(l, r byte, name string) Command {
-	return Command{Kind: KindRelease, RequestID: req(r), Lease: id(l), Seq: uint64(r), Name: name}
+	return Command{Kind: KindRelease, RequestID: req(r), Lease: id(l), Seq: uint64(r), Ack: 1, Open: allOpen(uint64(r)), Name: name}
+}
+
+// allOpen lists calls 2…seq−1: with ack 1, a request that acknowledges nothing.
+func allOpen(seq uint64) []uint64 {
+	var o []uint64
+	for n := uint64(2); n < seq; n++ {
+		o = append(o, n)
+	}
+	return o
 }
 func cmdPut(r byte, key, value string, token uint64) Command {
 	return Command{Kind: KindPut, RequestID: req(r), Name: key, Value: []byte(value), Token: token}
@@ -28,7 +38,7 @@ func cmdPut(r byte, key, value string, token uint64) Command {
 // TestApply runs each command against a prepared history and checks the
 // result and what changed. Every refusal must leave the state byte-identical.
 func TestApply(t *testing.T) {
-	delayed := Command{Kind: KindAcquire, RequestID: req(20), Lease: id(1), Seq: 20, Name: "a", LockDelay: 5 * time.Second}
+	delayed := Command{Kind: KindAcquire, RequestID: req(20), Lease: id(1), Seq: 20, Ack: 1, Open: allOpen(20), Name: "a", LockDelay: 5 * time.Second}
 	tests := []struct {
 		name    string
 		history []Command
@@ -106,15 +116,17 @@ func TestApply(t *testing.T) {
 			cmd: cmdAcquire(2, 5, "a", true), want: AlreadyHeld},
 		{name: "acquire with bad name", history: []Command{cmdCreate(1, 1)}, cmd: cmdAcquire(1, 2, "", false), want: Invalid},
 		{name: "acquire with lock-delay too long", history: []Command{cmdCreate(1, 1)},
-			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Seq: 2, Name: "a", LockDelay: time.Hour}, want: Invalid},
+			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Seq: 2, Ack: 1, Name: "a", LockDelay: time.Hour}, want: Invalid},
+		{name: "acquire without an ack", history: []Command{cmdCreate(1, 1)},
+			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Seq: 2, Name: "a"}, want: Invalid},
 		{name: "acquire without a request id", history: []Command{cmdCreate(1, 1)},
-			cmd: Command{Kind: KindAcquire, Lease: id(1), Seq: 2, Name: "a"}, want: Invalid},
+			cmd: Command{Kind: KindAcquire, Lease: id(1), Seq: 2, Ack: 1, Name: "a"}, want: Invalid},
 		{name: "acquire without a call number", history: []Command{cmdCreate(1, 1)},
 			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Name: "a"}, want: Invalid},
 		{name: "acquire acknowledging itself ahead", history: []Command{cmdCreate(1, 1)},
 			cmd: Command{Kind: KindAcquire, RequestID: req(2), Lease: id(1), Seq: 2, Ack: 3, Name: "a"}, want: Invalid},
 		{name: "acquire reusing a call number with another request id", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false)},
-			cmd: Command{Kind: KindAcquire, RequestID: req(9), Lease: id(1), Seq: 2, Name: "b"}, want: Invalid},
+			cmd: Command{Kind: KindAcquire, RequestID: req(9), Lease: id(1), Seq: 2, Ack: 1, Name: "b"}, want: Invalid},
 		{name: "acquire below the acknowledged floor is refused, not executed", history: []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", false), cmdRelease(1, 3, "a"),
 			{Kind: KindAcquire, RequestID: req(4), Lease: id(1), Seq: 4, Ack: 4, Name: "b"}},
 			cmd: cmdAcquire(1, 2, "a", false), want: Answered,

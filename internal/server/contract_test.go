@@ -96,11 +96,11 @@ func TestMutatingCallsNeedARequestID(t *testing.T) {
 			return err
 		},
 		"acquire": func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: a, Seq: nextSeq(), Name: "x"})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: a, Seq: nextSeq(), Ack: 1, Name: "x"})
 			return err
 		},
 		"release": func() error {
-			_, err := n.cli.Release(ctx(t), &api.ReleaseRequest{LeaseId: a, Seq: nextSeq(), Name: "x"})
+			_, err := n.cli.Release(ctx(t), &api.ReleaseRequest{LeaseId: a, Seq: nextSeq(), Ack: 1, Name: "x"})
 			return err
 		},
 		"revoke": func() error { _, err := n.cli.Revoke(ctx(t), &api.RevokeRequest{LeaseId: a}); return err },
@@ -109,7 +109,7 @@ func TestMutatingCallsNeedARequestID(t *testing.T) {
 			return err
 		},
 		"all-zero id": func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: make([]byte, 16), LeaseId: a, Seq: nextSeq(), Name: "x"})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: make([]byte, 16), LeaseId: a, Seq: nextSeq(), Ack: 1, Name: "x"})
 			return err
 		},
 	}
@@ -135,7 +135,7 @@ func TestRetriesKeepThePromise(t *testing.T) {
 	if again, err := n.cli.CreateLease(ctx(t), create); err != nil || again.LeaseNumber != first.LeaseNumber {
 		t.Fatalf("retried create-lease: %v %v, want lease #%d", again, err, first.LeaseNumber)
 	}
-	acq := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: first.LeaseId, Name: "x"}
+	acq := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: first.LeaseId, Name: "x"}
 	g, err := n.cli.Acquire(ctx(t), acq)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestRetriesKeepThePromise(t *testing.T) {
 			t.Fatalf("put and its retry: %v", err)
 		}
 	}
-	rel := &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: first.LeaseId, Name: "x"}
+	rel := &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: first.LeaseId, Name: "x"}
 	for range 2 {
 		if _, err := n.cli.Release(ctx(t), rel); err != nil {
 			t.Fatalf("release and its retry: %v", err)

@@ -35,7 +35,7 @@ func TestTakeoverDeadlines(t *testing.T) {
 		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{1}, Lease: l1, TTL: 10 * time.Second},
 		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{2}, Lease: l2, TTL: 10 * time.Second},
 		fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{3}, Lease: l3, TTL: time.Second},
-		fsm.Command{Kind: fsm.KindAcquire, RequestID: fsm.RequestID{4}, Lease: l1, Seq: 1, Name: "d", LockDelay: 5 * time.Second},
+		fsm.Command{Kind: fsm.KindAcquire, RequestID: fsm.RequestID{4}, Lease: l1, Seq: 1, Ack: 1, Name: "d", LockDelay: 5 * time.Second},
 		tick(3*time.Second),
 		fsm.Command{Kind: fsm.KindRenew, Lease: l2},
 		tick(2*time.Second),

@@ -53,7 +53,7 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	c.Partition(old)
 
 	// The minority grants nothing...
-	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{RequestId: []byte("partition-test-2"), Seq: 1, LeaseId: lease.LeaseId, Name: "minority"}); err == nil {
+	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{RequestId: []byte("partition-test-2"), Seq: 1, Ack: 1, LeaseId: lease.LeaseId, Name: "minority"}); err == nil {
 		t.Fatalf("the cut-off leader granted a lock: token %d", r.Token)
 	}
 	// ...and renews nothing: it refuses promptly (UNAVAILABLE, so a client

@@ -68,7 +68,7 @@ func TestRedteamRetryOfQueuedCallHangsAfterFirstAttemptCancels(t *testing.T) {
 	eventually(t, "first attempt's CancelWait applied", func() bool { return n.getLock("x").Waiters == 0 })
 
 	// The holder lets go: the lock is free, and b's call is the only one that wants it.
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -119,7 +119,7 @@ func TestRedteamCancelledWaitAnsweredWithAnotherCallsGrant(t *testing.T) {
 	cancel1()
 	<-first
 	eventually(t, "first attempt's CancelWait applied", func() bool { return n.getLock("x").Waiters == 0 })
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	// A later call of lease b takes x.

@@ -139,7 +139,7 @@ func (n *testNode) lease(ttl time.Duration, owner string) []byte {
 }
 
 func (n *testNode) acquire(lease []byte, name string, wait bool) (*api.AcquireResponse, error) {
-	return n.cli.Acquire(ctx(n.t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: lease, Name: name, Wait: wait,
+	return n.cli.Acquire(ctx(n.t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: lease, Name: name, Wait: wait,
 		LockDelay: durationpb.New(0)})
 }
 
@@ -208,7 +208,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 		}
 		eventually(t, w.who+" queued", func() bool { return n.getLock("jobs/nightly").Waiters == want })
 	}
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "jobs/nightly"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "jobs/nightly"}); err != nil {
 		t.Fatal(err)
 	}
 	g := <-grants
@@ -227,7 +227,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 		t.Fatalf("list: %v %v", list, err)
 	}
 	// Release by a lease that does not hold it.
-	_, err = n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "jobs/nightly"})
+	_, err = n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "jobs/nightly"})
 	if code(err) != codes.FailedPrecondition {
 		t.Fatalf("release by non-holder: %v", err)
 	}
@@ -236,7 +236,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 func TestAcquireRetryIsIdempotent(t *testing.T) {
 	n := startNode(t, nil)
 	a := n.lease(time.Hour, "a")
-	req := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}
+	req := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}
 	first, err := n.cli.Acquire(ctx(t), req)
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	if err != nil || again.Token != first.Token {
 		t.Fatalf("retry: %v %v, want token %d", again, err, first.Token)
 	}
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	// A very late duplicate: its grant has ended, so it says so (never OK).
@@ -268,7 +268,7 @@ func TestExpiryAndLockDelay(t *testing.T) {
 	n := startNode(t, nil)
 	dead := n.lease(2*time.Second, "paused")
 	live := n.lease(time.Hour, "next")
-	r, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: dead, Name: "x", LockDelay: durationpb.New(3 * time.Second)})
+	r, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: dead, Name: "x", LockDelay: durationpb.New(3 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestWaitGivesUpAtDeadline(t *testing.T) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: b, Name: "x", Wait: true})
+	_, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: b, Name: "x", Wait: true})
 	if code(err) != codes.DeadlineExceeded {
 		t.Fatalf("wait past deadline: %v", err)
 	}
@@ -359,7 +359,7 @@ func TestFencedPutGet(t *testing.T) {
 	n := startNode(t, nil)
 	a, b := n.lease(time.Hour, "a"), n.lease(time.Hour, "b")
 	ta, _ := n.acquire(a, "x", false)
-	n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"})
+	n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"})
 	tb, _ := n.acquire(b, "x", false)
 
 	put := func(v string, tok uint64) error {
@@ -495,7 +495,7 @@ func TestRestartKeepsStateAndTokens(t *testing.T) {
 				if _, err := n.acquire(a, "x", false); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "x"}); err != nil {
+				if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -518,7 +518,7 @@ func TestRestartKeepsStateAndTokens(t *testing.T) {
 				t.Fatalf("token after restart: %v %v, want %d", r, err, last+1)
 			}
 			// The lease survived the restart and is still the holder's.
-			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), LeaseId: a, Name: "keep"}); err != nil {
+			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "keep"}); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -294,7 +294,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 	// Register first, so a grant right after queueing is not missed. A retry
 	// registers whatever its Wait says: its first attempt may have queued.
 	wake := v.s.waiters.register(cmd.Lease, cmd.Name, cmd.Seq)
-	defer v.s.waiters.unregister(cmd.Lease, cmd.Name, wake)
+	defer v.leaveWait(cmd, wake)
 	res, err := v.apply(ctx, cmd, fsm.Queued)
 	if err != nil {
 		return nil, err
@@ -324,14 +324,14 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.LeaseNotFound})
 			return
 		}
-		code, token, found := s.CallOutcome(cmd.Lease, cmd.Seq)
+		r, found := s.Answer(cmd.Lease, cmd.Seq, cmd.Name)
 		switch {
 		case !found: // acknowledged: its client has the answer from another attempt
 			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.Answered})
-		case code == fsm.OK:
-			resp, done = &api.AcquireResponse{Name: cmd.Name, Token: token, LeaseNumber: l.Number}, true
-		case code != fsm.Queued:
-			done, err = true, refusal(&cmd, &fsm.Result{Code: code, Token: token})
+		case r.Code == fsm.OK:
+			resp, done = &api.AcquireResponse{Name: cmd.Name, Token: r.Token, LeaseNumber: l.Number}, true
+		case r.Code != fsm.Queued:
+			done, err = true, refusal(&cmd, &r)
 		}
 	})
 	return resp, done, err
@@ -339,18 +339,34 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 
 // giveUp leaves the queue after the caller's deadline. If the grant won the
 // race, the lease holds the lock: a retry with the same request id returns it.
-// While another attempt of the same call still waits here (a retry that
-// came over a new connection before this one's ended), the wait is left to it.
+// (leaveWait, as the handler returns, takes the call out of the queue.)
 func (v *service) giveUp(callCtx context.Context, cmd fsm.Command) (*api.AcquireResponse, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if v.s.waiters.attempts(cmd.Lease, cmd.Name, cmd.Seq) <= 1 {
-		_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
-	}
 	if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
 		return nil, status.Errorf(codes.DeadlineExceeded, "gave up waiting for lock %q at the call's deadline", cmd.Name)
 	}
 	return nil, status.Errorf(codes.Canceled, "stopped waiting for lock %q: the call was cancelled", cmd.Name)
+}
+
+// leaveWait ends an Acquire handler's wait. The last attempt of the call to
+// leave takes the call out of the queue if it is still queued (whatever
+// ended the handler: its deadline, a cancelled call, an error); while
+// another attempt still waits here (a retry that came over a new
+// connection), the wait is left to it.
+func (v *service) leaveWait(cmd fsm.Command, wake chan uint64) {
+	if !v.s.waiters.leave(cmd.Lease, cmd.Name, cmd.Seq, wake) {
+		return
+	}
+	queued := false
+	v.s.replica.read(func(s *fsm.State) {
+		r, found := s.Answer(cmd.Lease, cmd.Seq, cmd.Name)
+		queued = found && r.Code == fsm.Queued
+	})
+	if !queued {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
 }
 
 func (v *service) Release(ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {

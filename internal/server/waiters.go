@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/fencehq/fence/internal/fsm"
@@ -36,8 +37,10 @@ func (w *waiters) register(lease fsm.LeaseID, name string, seq uint64) chan uint
 	return ch
 }
 
-// unregister forgets ch.
-func (w *waiters) unregister(lease fsm.LeaseID, name string, ch chan uint64) {
+// leave forgets ch and reports whether it was the last attempt of call seq
+// of lease waiting for name here, in one step, so that of two attempts that
+// leave together exactly one is the last.
+func (w *waiters) leave(lease fsm.LeaseID, name string, seq uint64, ch chan uint64) (last bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	chans := w.m[lease][name]
@@ -47,6 +50,7 @@ func (w *waiters) unregister(lease fsm.LeaseID, name string, ch chan uint64) {
 			break
 		}
 	}
+	last = !slices.ContainsFunc(chans, func(c waiting) bool { return c.seq == seq })
 	if len(chans) == 0 {
 		delete(w.m[lease], name)
 		if len(w.m[lease]) == 0 {
@@ -55,20 +59,7 @@ func (w *waiters) unregister(lease fsm.LeaseID, name string, ch chan uint64) {
 	} else {
 		w.m[lease][name] = chans
 	}
-}
-
-// attempts returns how many handlers of call seq of lease wait for name
-// here (the first attempt and retries of one call).
-func (w *waiters) attempts(lease fsm.LeaseID, name string, seq uint64) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, c := range w.m[lease][name] {
-		if c.seq == seq {
-			n++
-		}
-	}
-	return n
+	return last
 }
 
 // event wakes the calls an applied event concerns. It never blocks.

@@ -211,7 +211,7 @@ func verify(t *testing.T, n *node, grants map[string]uint64, released map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := n.cli.Acquire(ctx, &api.AcquireRequest{RequestId: newReq(), Seq: 1, LeaseId: probe.LeaseId, Name: fmt.Sprintf("probe/%d", time.Now().UnixNano())})
+	r, err := n.cli.Acquire(ctx, &api.AcquireRequest{RequestId: newReq(), Seq: 1, Ack: 1, LeaseId: probe.LeaseId, Name: fmt.Sprintf("probe/%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}
