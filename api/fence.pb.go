@@ -840,9 +840,10 @@ type AcquireRequest struct {
 	// ack: the client has the answers to every call of this lease numbered
 	// below ack (its lowest call still unanswered, or its next seq). The server
 	// forgets those answers and refuses any of them that arrives again
-	// (FAILED_PRECONDITION), so a late duplicate is never acted on. 0
-	// acknowledges nothing. At most 1024 calls of a lease may be remembered
-	// unacknowledged (RESOURCE_EXHAUSTED beyond).
+	// (FAILED_PRECONDITION), so a late duplicate is never acted on. Required
+	// (1 ≤ ack ≤ seq). At most 1024 calls of a lease may be remembered
+	// unacknowledged (RESOURCE_EXHAUSTED beyond: the call was not executed and
+	// never will be; make a new call).
 	Ack uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	// open: the client's other unanswered calls numbered between ack and seq,
 	// in increasing order; every other call below seq it has the answer to,
