@@ -15,6 +15,7 @@ import (
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/internal/clock/clocktest"
+	"github.com/fencehq/fence/internal/locktest"
 )
 
 // TestLockDetached: a detached lock is granted under a lease of its own,
@@ -134,5 +135,25 @@ func TestCloseAfterServerExpiry(t *testing.T) {
 	})
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close of a lease the server had ended: %v, want nil", err)
+	}
+}
+
+// TestAdminToken: a server that requires an admin token accepts
+// ForceRelease from a client that has it and refuses one that has not.
+func TestAdminToken(t *testing.T) {
+	cfg := locktest.Config(t.TempDir())
+	cfg.MinTTL, cfg.TickInterval, cfg.DefaultLockDelay, cfg.AdminToken = 200*time.Millisecond, 20*time.Millisecond, 0, "s3cret"
+	ts := &testServer{t: t, cfg: cfg}
+	ts.start()
+	t.Cleanup(ts.stop)
+	addr := ts.srv.GRPCAddr()
+	if _, err := dial(t, addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dial(t, addr).ForceRelease(ctxT(t, 5*time.Second), "x", "test"); err == nil {
+		t.Fatal("ForceRelease without the admin token was accepted")
+	}
+	if _, released, err := dial(t, addr, client.WithAdminToken("s3cret")).ForceRelease(ctxT(t, 5*time.Second), "x", "test"); err != nil || len(released) != 1 {
+		t.Fatalf("ForceRelease with the admin token: %v %v", released, err)
 	}
 }
