@@ -34,6 +34,7 @@ type WorkerConfig struct {
 	Servers     []string      // every member's gRPC address
 	PostgresURL string        // the database with Table
 	MySQLURL    string        // the MariaDB database with Table too ("": PostgreSQL only)
+	Stores      []string      // the stores to write (default all)
 	Table       string        // id BIGINT PRIMARY KEY, value BIGINT, fence BIGINT
 	Locks       int           // lock-0 … lock-(Locks-1); row id and kv key follow the lock
 	TTL         time.Duration // the run's lease TTL
@@ -146,6 +147,15 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 			s.db.Close()
 		}
 	}()
+	if len(cfg.Stores) > 0 {
+		w.names = nil
+		for _, name := range cfg.Stores {
+			if w.stores[name] == nil {
+				return fmt.Errorf("store %q: not configured", name)
+			}
+			w.names = append(w.names, name)
+		}
+	}
 	for stop.Err() == nil {
 		w.iteration()
 	}

@@ -50,6 +50,8 @@ func main() {
 	flag.DurationVar(&cfg.TTL, "ttl", 1500*time.Millisecond, "the workers' lease TTL")
 	flag.BoolVar(&cfg.Fencing, "fencing", true, "false: the control run, rows written without the token check")
 	flag.StringVar(&faults, "faults", "", "comma-separated faults (default all): "+strings.Join(chaos.AllFaults, ","))
+	var stores string
+	flag.StringVar(&stores, "stores", "", "comma-separated stores workers write (default all): "+chaos.StorePostgres+","+chaos.StoreMySQL)
 	flag.StringVar(&bug, "bug", "", "run servers built with a planted bug: "+strings.Join(chaos.BugNames(), ", "))
 	flag.StringVar(&cfg.OutDir, "out", "", "directory for histories, logs and evidence (default: a new temp dir)")
 	flag.Parse()
@@ -59,6 +61,9 @@ func main() {
 	}
 	if faults != "" {
 		cfg.Faults = strings.Split(faults, ",")
+	}
+	if stores != "" {
+		cfg.Stores = strings.Split(stores, ",")
 	}
 	var tags []string
 	if bug != "" {
