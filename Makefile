@@ -1,6 +1,6 @@
 # Convenience targets. The README's commands work without make.
 
-.PHONY: test ci chaos chaos-proof chaos-e2e fuzz bench
+.PHONY: test ci chaos chaos-proof chaos-e2e fuzz bench mutants mutants-ci
 
 CHAOS_DURATION ?= 10m
 CHAOS_SEED ?= $(shell date +%s)
@@ -31,3 +31,22 @@ fuzz:           ## a minute per fuzz target
 bench:          ## micro-benchmarks, 3 runs each
 	go test ./internal/fsm -run '^$$' -bench . -count 3
 	go test ./internal/server -run '^$$' -bench AcquireRelease -count 3 -benchtime 3s
+
+# Mutation testing (docs/mutation.md). One package at a time, one worker: the
+# machine has two cores. -count=1: gremlins times each mutant against the
+# coverage run, which a cached test result makes look instant (every mutant
+# then "times out"). -failfast: a killed mutant stops at its first failing test.
+GREMLINS = go run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0 unleash --workers 1 --timeout-coefficient 5
+MUTANT_ENV = FENCE_REQUIRE_DB=1 GOFLAGS="-count=1 -failfast"
+# internal/server: only the lessor (the rest is covered by slower tests elsewhere).
+SERVER_NOT_LESSOR = '(admin|audit|config|logstore|members|proposer|raftlog|replica|server|service|validate|waiters)\.go$$'
+
+mutants:        ## gremlins over the safety core and fencing, one package at a time (about 1 h on 2 cores, plus fencing)
+	$(MUTANT_ENV) $(GREMLINS) ./internal/fsm
+	$(MUTANT_ENV) $(GREMLINS) ./client
+	$(MUTANT_ENV) $(GREMLINS) ./internal/server -E $(SERVER_NOT_LESSOR)
+	$(MUTANT_ENV) $(GREMLINS) ./fencing
+
+mutants-ci:     ## the CI slice (2-3 min): the lessor's deadline/slack/tick math against its unit tests, every mutant killed
+	FENCE_REQUIRE_DB=1 GOFLAGS="-count=1 -failfast -run=^Test(Takeover|Due|Suspended|SlowDuties|Lessor)" \
+	  $(GREMLINS) ./internal/server -E $(SERVER_NOT_LESSOR) --threshold-efficacy 100
