@@ -28,6 +28,8 @@ var Bugs = map[string]Bug{
 		Caught: []string{"tokens only grow", "replicas agree", "no token granted twice"}},
 	// A paused or cut-off leader keeps telling its clients "renewed".
 	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultIsolateLeader, FaultPauseLeader}, Caught: []string{"validity windows never overlap"}},
+	"replay": {Tag: "fence_bug_replay", Faults: []string{FaultReplay, FaultPauseWorker},
+		Caught: []string{"a late duplicate is never acted on", "validity windows never overlap"}},
 }
 
 // CaughtBy returns the first violated check that catches the bug, or "".

@@ -10,4 +10,7 @@
 //	                    store accepted, lower than tokens already issued.
 //	fence_bug_deposed   DeposedRenewal: a node that led once keeps answering
 //	                    renewals from memory after it lost leadership.
+//	fence_bug_replay    ReplayExecuted: a lease's call that its client has
+//	                    acknowledged is executed again when it arrives late,
+//	                    instead of refused (the hole call numbers close).
 package planted
