@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -102,3 +103,40 @@ func TestStaleGrantNextIgnored(t *testing.T) {
 
 // size is what a lease's memory of calls holds: answers and gaps.
 func (m *calls) size() int { return len(m.answers) + len(m.gaps) }
+
+// TestRetryAnsweredEveryTime: a call retried twice (both replies lost) gets
+// its first answer both times: a retry must not forget the call's own answer.
+func TestRetryAnsweredEveryTime(t *testing.T) {
+	s := New()
+	applyAll(s, cmdCreate(1, 1))
+	// call 1 of the lease is still unanswered too (ack 1)
+	acq := Command{Kind: KindAcquire, RequestID: RequestID{0xA}, Lease: id(1), Seq: 2, Ack: 1, Name: "x"}
+	first := s.Apply(&acq)
+	for i := range 2 {
+		if r := s.Apply(&acq); r.Code != OK || r.Token != first.Token {
+			t.Fatalf("retry %d: %v token %d, want ok token %d", i+1, r.Code, r.Token, first.Token)
+		}
+	}
+}
+
+// TestCallsArrivingOutOfOrderBothRun: call 5 (which names call 4 as its ack:
+// still unanswered) arrives before call 4; call 4 is then executed, not
+// refused as a late duplicate.
+func TestCallsArrivingOutOfOrderBothRun(t *testing.T) {
+	s := New()
+	applyAll(s, cmdCreate(1, 1))
+	for seq := uint64(1); seq <= 3; seq++ { // calls 1–3, each acknowledging the ones before
+		c := Command{Kind: KindAcquire, RequestID: RequestID{byte(seq)}, Lease: id(1), Seq: seq, Ack: seq, Name: fmt.Sprintf("l%d", seq)}
+		if r := s.Apply(&c); r.Code != OK {
+			t.Fatalf("call %d: %v", seq, r.Code)
+		}
+	}
+	five := Command{Kind: KindAcquire, RequestID: RequestID{5}, Lease: id(1), Seq: 5, Ack: 4, Name: "l5"}
+	four := Command{Kind: KindAcquire, RequestID: RequestID{4}, Lease: id(1), Seq: 4, Ack: 4, Name: "l4"}
+	if r := s.Apply(&five); r.Code != OK {
+		t.Fatalf("call 5: %v", r.Code)
+	}
+	if r := s.Apply(&four); r.Code != OK || r.Token != 5 {
+		t.Fatalf("call 4, arriving after call 5 that named it unanswered: %v token %d, want ok token 5", r.Code, r.Token)
+	}
+}
