@@ -57,11 +57,6 @@ func legacyDataDir(t *testing.T) string {
 	}
 }
 
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
 // newServerOn starts a server on dir, as a restart would.
 func newServerOn(t *testing.T, dir string) (*Server, error) {
 	t.Helper()
