@@ -44,7 +44,12 @@ func TestRedteam2TwoAttemptsGiveUpTogetherNeitherCancels(t *testing.T) {
 		<-done
 		<-done
 		eventually(t, "handlers gone", func() bool { return n.srv.waiters.attempts(leaseIDOf(t, b), name, s) == 0 })
-		time.Sleep(50 * time.Millisecond) // a CancelWait, if proposed, is applied
+		// The last attempt to leave proposes CancelWait after it unregistered:
+		// give it time to commit (the bound is a hang guard, not a timing claim).
+		deadline := time.Now().Add(5 * time.Second)
+		for n.getLock(name).Waiters != 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
 		if w := n.getLock(name).Waiters; w != 0 {
 			// The holder lets go: the lock goes to b, whose client heard Canceled.
 			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: name}); err != nil {

@@ -153,9 +153,35 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 		}
 		return nil
 	}
+	// Requests are read on their own goroutine, so that a failed round ends
+	// the stream at once (UNAVAILABLE) even while the client sends nothing
+	// more: it may be waiting for that very answer. It ends when the stream
+	// does (gRPC cancels the stream's context once the handler returns).
+	reqs, recvErr := make(chan *api.KeepAliveRequest), make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
+		var req *api.KeepAliveRequest
+		select {
+		case req = <-reqs:
+		case err := <-failed:
+			return err
+		case err := <-recvErr:
+			if !errors.Is(err, io.EOF) {
+				return err
+			}
 			close(closing)
 			select {
 			case <-done:
@@ -167,14 +193,6 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 			default:
 				return nil
 			}
-		}
-		if err != nil {
-			return err
-		}
-		select {
-		case err := <-failed:
-			return err
-		default:
 		}
 		id, err := leaseID(req.GetLeaseId())
 		if err != nil {
