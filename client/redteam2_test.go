@@ -95,14 +95,14 @@ func TestRedteam2ConcurrentSessionWithDuplicatesLeavesNoGhost(t *testing.T) {
 		m, ok := req.(proto.Message)
 		numbered := ok && (strings.HasSuffix(method, "/Acquire") || strings.HasSuffix(method, "/Release"))
 		if numbered && roll(4) == 0 { // a late duplicate of this very request
-			dup := proto.Clone(m)
+			dup, dupReply := proto.Clone(m), proto.Clone(reply.(proto.Message)) // before the real call fills reply
 			replays.Add(1)
 			go func() {
 				defer replays.Done()
 				time.Sleep(time.Duration(roll(80)) * time.Millisecond)
 				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
-				_ = invoker(rctx, method, dup, proto.Clone(reply.(proto.Message)), cc, opts...)
+				_ = invoker(rctx, method, dup, dupReply, cc, opts...)
 			}()
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
