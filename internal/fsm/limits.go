@@ -72,17 +72,12 @@ func (c *Command) Validate() error {
 	if want&fRequest != 0 && c.RequestID.IsZero() {
 		return fmt.Errorf("%w: %s needs a request id (16 random bytes, the same on every retry of one call)", ErrInvalid, c.Kind)
 	}
-	if want&fSeq != 0 && c.Seq == 0 {
+	if want&fAck != 0 {
+		if err := ValidCallNumbers(c.Seq, c.Ack, c.Open); err != nil {
+			return fmt.Errorf("%s: %w", c.Kind, err)
+		}
+	} else if want&fSeq != 0 && c.Seq == 0 {
 		return fmt.Errorf("%w: %s needs a call number (seq ≥ 1)", ErrInvalid, c.Kind)
-	}
-	if want&fAck != 0 && c.Ack == 0 {
-		return fmt.Errorf("%w: %s needs an ack (≥ 1: the lowest call number whose answer the client has not received)", ErrInvalid, c.Kind)
-	}
-	if c.Ack > c.Seq {
-		return fmt.Errorf("%w: ack %d is above the call's own seq %d (a call is not answered before it is made)", ErrInvalid, c.Ack, c.Seq)
-	}
-	if err := validOpen(c.Open, c.Ack, c.Seq); err != nil {
-		return err
 	}
 	if want&fToken != 0 && c.Token == 0 {
 		return fmt.Errorf("%w: token 0 was never issued; tokens start at 1", ErrInvalid)
@@ -125,9 +120,18 @@ func (c *Command) Validate() error {
 	return nil
 }
 
-// validOpen checks a request's list of unanswered calls: increasing, each
-// strictly between ack and seq, at most MaxCallsInFlight.
-func validOpen(open []uint64, ack, seq uint64) error {
+// ValidCallNumbers checks the numbering of a lease's Acquire or Release:
+// seq ≥ 1; 1 ≤ ack ≤ seq; open increasing, each strictly between ack and
+// seq, at most MaxCallsInFlight. The server checks requests with it too.
+func ValidCallNumbers(seq, ack uint64, open []uint64) error {
+	switch {
+	case seq == 0:
+		return fmt.Errorf("%w: seq is missing; number the Acquire and Release calls of a lease from 1, the same number on every retry of one call", ErrInvalid)
+	case ack == 0:
+		return fmt.Errorf("%w: ack is missing; send the lowest call number whose answer the client has not received (at most seq)", ErrInvalid)
+	case ack > seq:
+		return fmt.Errorf("%w: ack %d is above seq %d (a call is not answered before it is made)", ErrInvalid, ack, seq)
+	}
 	if len(open) > MaxCallsInFlight {
 		return fmt.Errorf("%w: %d open calls listed, the limit is %d", ErrInvalid, len(open), MaxCallsInFlight)
 	}

@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -25,12 +23,7 @@ import (
 func TestDeposedLeaderAnswersRenewal(t *testing.T) {
 	c := locktest.NewCluster(t, 3)
 	old := c.Leader()
-	conn, err := grpc.NewClient(old.Server.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	direct := api.NewFenceClient(conn)
+	direct := directClient(t, old)
 	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	lease, err := direct.CreateLease(cctx, &api.CreateLeaseRequest{RequestId: []byte("deposed-test-001"), Ttl: durationpb.New(30 * time.Second)})

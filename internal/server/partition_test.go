@@ -16,6 +16,17 @@ import (
 	"github.com/fencehq/fence/internal/locktest"
 )
 
+// directClient calls node n alone, not following the leader.
+func directClient(t *testing.T, n *locktest.Node) api.FenceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(n.Server.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return api.NewFenceClient(conn)
+}
+
 // TestPartitionedLeaderIsInert cuts the leader off from the majority. The
 // cut-off node must grant nothing and renew nothing; the majority elects a
 // new leader and carries on (the client fails over, a renewed lease
@@ -39,12 +50,7 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	}
 
 	old := c.Leader()
-	conn, err := grpc.NewClient(old.Server.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	direct := api.NewFenceClient(conn)
+	direct := directClient(t, old)
 	lease, err := direct.CreateLease(ctx(5*time.Second), &api.CreateLeaseRequest{RequestId: []byte("partition-test-1"), Ttl: durationpb.New(30 * time.Second)})
 	if err != nil {
 		t.Fatal(err)

@@ -40,24 +40,8 @@ func requestID(b []byte) (fsm.RequestID, error) {
 
 // callNumber checks the seq, ack and open of a lease's Acquire or Release.
 func callNumber(seq, ack uint64, open []uint64) error {
-	if seq == 0 {
-		return invalid("seq is missing; number the Acquire and Release calls of a lease from 1, the same number on every retry of one call")
-	}
-	if ack == 0 {
-		return invalid("ack is missing; send the lowest call number whose answer the client has not received (at most seq)")
-	}
-	if ack > seq {
-		return invalid("ack %d is above seq %d; ack is the lowest call number whose answer the client has not received", ack, seq)
-	}
-	prev := ack
-	for _, o := range open {
-		if o <= prev || o >= seq {
-			return invalid("open %v: list the unanswered calls strictly between ack %d and seq %d, in increasing order", open, ack, seq)
-		}
-		prev = o
-	}
-	if len(open) > fsm.MaxCallsInFlight {
-		return invalid("open lists %d calls; at most %d may be unanswered", len(open), fsm.MaxCallsInFlight)
+	if err := fsm.ValidCallNumbers(seq, ack, open); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil
 }
