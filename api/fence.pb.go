@@ -58,7 +58,7 @@ type Member struct {
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	Leader   bool                   `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
-	// suffrage is "voter", "nonvoter" or "staging".
+	// suffrage is "Voter", or "Learner" while a new member catches up.
 	Suffrage      string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -264,7 +264,12 @@ func (x *AddMemberRequest) GetRaftAddr() string {
 }
 
 type AddMemberResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster_id is the id every raft message of the group carries; the new
+	// node records it with its log and talks to no other group.
+	ClusterId uint64 `protobuf:"fixed64,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// members are the group's members, the new one included.
+	Members       []*Member `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +302,20 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
 	return file_fence_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AddMemberResponse) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *AddMemberResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
 }
 
 type RemoveMemberRequest struct {
@@ -1969,8 +1988,11 @@ const file_fence_proto_rawDesc = "" +
 	"answeredBy\"?\n" +
 	"\x10AddMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
-	"\traft_addr\x18\x02 \x01(\tR\braftAddr\"\x13\n" +
-	"\x11AddMemberResponse\"%\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\"^\n" +
+	"\x11AddMemberResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x06R\tclusterId\x12*\n" +
+	"\amembers\x18\x02 \x03(\v2\x10.fence.v1.MemberR\amembers\"%\n" +
 	"\x13RemoveMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
 	"\x14RemoveMemberResponse\"'\n" +
@@ -2153,47 +2175,48 @@ var file_fence_proto_goTypes = []any{
 }
 var file_fence_proto_depIdxs = []int32{
 	0,  // 0: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
-	33, // 1: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 2: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
-	33, // 3: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	33, // 4: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	23, // 5: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
-	23, // 6: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
-	33, // 7: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
-	33, // 8: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	9,  // 9: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
-	11, // 10: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
-	13, // 11: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
-	15, // 12: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
-	17, // 13: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
-	19, // 14: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
-	21, // 15: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
-	24, // 16: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
-	26, // 17: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
-	28, // 18: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
-	1,  // 19: fence.v1.Fence.Members:input_type -> fence.v1.MembersRequest
-	3,  // 20: fence.v1.Fence.AddMember:input_type -> fence.v1.AddMemberRequest
-	5,  // 21: fence.v1.Fence.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
-	7,  // 22: fence.v1.Fence.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
-	10, // 23: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
-	12, // 24: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
-	14, // 25: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
-	16, // 26: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
-	18, // 27: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
-	20, // 28: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
-	22, // 29: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
-	25, // 30: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
-	27, // 31: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
-	29, // 32: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
-	2,  // 33: fence.v1.Fence.Members:output_type -> fence.v1.MembersResponse
-	4,  // 34: fence.v1.Fence.AddMember:output_type -> fence.v1.AddMemberResponse
-	6,  // 35: fence.v1.Fence.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
-	8,  // 36: fence.v1.Fence.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
-	23, // [23:37] is the sub-list for method output_type
-	9,  // [9:23] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	0,  // 1: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
+	33, // 2: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 3: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
+	33, // 4: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	33, // 5: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	23, // 6: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
+	23, // 7: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
+	33, // 8: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
+	33, // 9: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	9,  // 10: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
+	11, // 11: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
+	13, // 12: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
+	15, // 13: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
+	17, // 14: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
+	19, // 15: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
+	21, // 16: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
+	24, // 17: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
+	26, // 18: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
+	28, // 19: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
+	1,  // 20: fence.v1.Fence.Members:input_type -> fence.v1.MembersRequest
+	3,  // 21: fence.v1.Fence.AddMember:input_type -> fence.v1.AddMemberRequest
+	5,  // 22: fence.v1.Fence.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
+	7,  // 23: fence.v1.Fence.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
+	10, // 24: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
+	12, // 25: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
+	14, // 26: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
+	16, // 27: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
+	18, // 28: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
+	20, // 29: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
+	22, // 30: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
+	25, // 31: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
+	27, // 32: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
+	29, // 33: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
+	2,  // 34: fence.v1.Fence.Members:output_type -> fence.v1.MembersResponse
+	4,  // 35: fence.v1.Fence.AddMember:output_type -> fence.v1.AddMemberResponse
+	6,  // 36: fence.v1.Fence.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
+	8,  // 37: fence.v1.Fence.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
+	24, // [24:38] is the sub-list for method output_type
+	10, // [10:24] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_fence_proto_init() }

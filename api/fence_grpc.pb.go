@@ -106,8 +106,10 @@ type FenceClient interface {
 	// Members lists the raft group, as this node knows it, and who leads.
 	// Any node answers.
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
-	// AddMember adds a voter (a new node that started with --join, or by an
-	// operator). Leader only.
+	// AddMember adds a member (a new node that started with --join, or by an
+	// operator): as a learner that copies the log without a vote; the leader
+	// makes it a voter once it has caught up (fence members ls shows which).
+	// It answers with what the new node needs to start. Leader only.
 	AddMember(ctx context.Context, in *AddMemberRequest, opts ...grpc.CallOption) (*AddMemberResponse, error)
 	// RemoveMember removes a member for good. Leader only.
 	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
@@ -307,8 +309,10 @@ type FenceServer interface {
 	// Members lists the raft group, as this node knows it, and who leads.
 	// Any node answers.
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
-	// AddMember adds a voter (a new node that started with --join, or by an
-	// operator). Leader only.
+	// AddMember adds a member (a new node that started with --join, or by an
+	// operator): as a learner that copies the log without a vote; the leader
+	// makes it a voter once it has caught up (fence members ls shows which).
+	// It answers with what the new node needs to start. Leader only.
 	AddMember(context.Context, *AddMemberRequest) (*AddMemberResponse, error)
 	// RemoveMember removes a member for good. Leader only.
 	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)

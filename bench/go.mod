@@ -2,11 +2,8 @@ module github.com/fencehq/fence/bench
 
 go 1.26.8
 
+// The bench module measures this checkout of fence, not a published version.
 replace github.com/fencehq/fence => ../
-
-replace github.com/hashicorp/raft => ../third_party/raft
-
-replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.5.4
 
 require (
 	github.com/fencehq/fence v0.0.0-00010101000000-000000000000

@@ -10,7 +10,7 @@ import (
 // program that embeds it must not pull in raft, bbolt, prometheus, fence's
 // internals, or package testing. (fencing has its own, stricter test.)
 func TestPublicPackagesStayLean(t *testing.T) {
-	forbidden := []string{"github.com/hashicorp/raft", "go.etcd.io/bbolt", "github.com/boltdb/bolt",
+	forbidden := []string{"go.etcd.io/raft", "go.etcd.io/etcd", "go.etcd.io/bbolt", "github.com/boltdb/bolt",
 		"github.com/prometheus/", "github.com/fencehq/fence/internal/", "testing"}
 	// Exceptions to the internal/ rule, each with its reason.
 	allowed := map[string]bool{

@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/fencehq/fence/internal/server"
+	"github.com/fencehq/fence/internal/audit"
 )
 
 // nodeAudit is one server's audit trail.
 type nodeAudit struct {
 	node    string
-	records []server.AuditRecord
+	records []audit.Record
 }
 
 func loadAudits(c *cluster) ([]nodeAudit, error) {
@@ -20,7 +20,7 @@ func loadAudits(c *cluster) ([]nodeAudit, error) {
 	for _, n := range c.nodes {
 		a := nodeAudit{node: n.id}
 		if err := readLines(filepath.Join(n.dir, "audit.jsonl"), func(line []byte) error {
-			var rec server.AuditRecord
+			var rec audit.Record
 			if err := json.Unmarshal(line, &rec); err != nil {
 				return err
 			}
@@ -48,7 +48,7 @@ type serverGrant struct {
 // live lease, with a token above every earlier one; only the holder
 // releases; an ended lease holds nothing. It returns the grants by token.
 func auditCheck(audits []nodeAudit) (grants map[uint64]serverGrant, expiries int, vs []Violation) {
-	byIndex := map[uint64][]server.AuditEvent{}
+	byIndex := map[uint64][]audit.Event{}
 	from := map[uint64]string{}
 	for _, a := range audits {
 		for _, rec := range a.records {

@@ -40,7 +40,7 @@ func serverFlags(n *node, bootstrap string) []string {
 	return []string{"serve", "--node-id", n.id, "--data-dir", filepath.Join(n.dir, "data"),
 		"--grpc-addr", n.grpc, "--metrics-addr", n.metrics, "--raft-addr", n.host.IP + ":7302",
 		"--bootstrap", bootstrap, "--lock-delay", "0", "--min-ttl", "500ms",
-		"--snapshot-threshold", "300", "--snapshot-interval", "2s", "--trailing-logs", "200",
+		"--snapshot-threshold", "300", "--trailing-logs", "200",
 		"--audit-file", filepath.Join(n.dir, "audit.jsonl"), "--log-level", "warn"}
 }
 

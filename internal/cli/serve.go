@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,7 @@ func newServe(g *globals) *cobra.Command {
 		Short: "Run a fence node (a single node by default, data in ./fence-data)",
 		Long: `Run a fence node. On first start it creates the data dir and bootstraps a
 single-node raft group; later starts come back from the data dir (raft log in
-wal/, fsynced on every write, plus snapshots; a data dir of another format,
+raft/: etcd's WAL, fsynced on every write, and snapshots; a data dir of another format,
 such as one from an earlier fence, is refused: see README, Upgrading).
 
 Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
@@ -80,15 +81,20 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address (other members connect here)")
 	f.StringVar(&bootstrap, "bootstrap", "", "a new cluster's voters, the same on every node: id=raft-addr,id=raft-addr,…")
 	f.StringSliceVar(&cfg.Join, "join", nil, "gRPC address(es) of an existing cluster's members to join on first start")
+	f.DurationVar(&cfg.JoinTimeout, "join-timeout", cfg.JoinTimeout, "how long a first start with --join waits to be added")
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat", cfg.HeartbeatTimeout, "how often the raft leader heartbeats")
+	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "how long followers wait for a leader before an election (randomized up to twice that)")
 	f.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease TTL a client may ask for")
 	f.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease TTL a client may ask for")
 	f.DurationVar(&cfg.DefaultLockDelay, "lock-delay", cfg.DefaultLockDelay, "default wait before re-granting a lock whose holder's lease expired (0 disables)")
 	f.DurationVar(&cfg.TickInterval, "tick", cfg.TickInterval, "how often the leader logs elapsed time and checks for expired leases")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots")
-	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often to check whether a snapshot is due")
+	var unusedInterval time.Duration
+	f.DurationVar(&unusedInterval, "snapshot-interval", 0, "no effect (snapshots are taken as soon as --snapshot-threshold entries are applied)")
+	_ = f.MarkDeprecated("snapshot-interval", "it has no effect: snapshots are taken as soon as --snapshot-threshold entries are applied")
 	f.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&cfg.RaftLogLevel, "raft-log-level", cfg.RaftLogLevel, "hashicorp/raft's own log level")
+	f.StringVar(&cfg.RaftLogLevel, "raft-log-level", cfg.RaftLogLevel, "the raft library's own log level: debug, info, warn, error or off")
 	f.StringVar(&cfg.AuditFile, "audit-file", "", "append a JSON line per committed lease or lock change (grants, releases, lease starts and ends) to this file")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-addr (keep that address private)")
 	return cmd

@@ -2,20 +2,23 @@ package locktest
 
 import (
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/fencehq/fence/internal/node"
 	"github.com/fencehq/fence/internal/server"
 )
 
-// Cluster is n real servers (raft, bbolt, gRPC on loopback) whose raft
-// traffic runs over raft's InmemTransport, so a test can cut any node off.
+// Cluster is n real servers (raft, the raft log on disk, gRPC on loopback)
+// whose raft messages pass a filter, so a test can cut any link.
 type Cluster struct {
 	t     testing.TB
 	mu    sync.Mutex
+	cut   map[[2]uint64]bool // guarded by mu: from → to links that drop every message
 	Nodes []*Node
 }
 
@@ -23,26 +26,32 @@ type Cluster struct {
 type Node struct {
 	ID     string
 	Server *server.Server
-	trans  *raft.InmemTransport
-	addr   raft.ServerAddress
+	raftID uint64
 }
 
 // NewCluster starts n nodes bootstrapped as one group and waits for a leader.
 // mutate, if given, adjusts each node's config.
 func NewCluster(t testing.TB, n int, mutate ...func(*server.Config)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, cut: map[[2]uint64]bool{}}
 	var peers []server.Peer
+	var lis []net.Listener
 	for i := 0; i < n; i++ {
-		addr, trans := raft.NewInmemTransport("")
-		nd := &Node{ID: fmt.Sprintf("n%d", i+1), trans: trans, addr: addr}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd := &Node{ID: fmt.Sprintf("n%d", i+1)}
+		nd.raftID = node.RaftID(nd.ID)
 		c.Nodes = append(c.Nodes, nd)
-		peers = append(peers, server.Peer{ID: nd.ID, RaftAddr: string(addr)})
+		lis = append(lis, l)
+		peers = append(peers, server.Peer{ID: nd.ID, RaftAddr: l.Addr().String()})
 	}
-	c.Heal()
-	for _, nd := range c.Nodes {
+	for i, nd := range c.Nodes {
 		cfg := Config(t.TempDir())
-		cfg.NodeID, cfg.Transport, cfg.Bootstrap = nd.ID, nd.trans, peers
+		cfg.NodeID, cfg.RaftListener, cfg.Bootstrap = nd.ID, lis[i], peers
+		from := nd.raftID
+		cfg.WrapTransport = func(inner node.Transport) node.Transport { return &filter{Transport: inner, from: from, c: c} }
 		for _, m := range mutate {
 			m(&cfg)
 		}
@@ -55,11 +64,29 @@ func NewCluster(t testing.TB, n int, mutate ...func(*server.Config)) *Cluster {
 	t.Cleanup(func() {
 		for _, nd := range c.Nodes {
 			nd.Server.Close()
-			nd.trans.Close()
 		}
 	})
 	c.Leader()
 	return c
+}
+
+// filter drops the messages of cut links.
+type filter struct {
+	node.Transport
+	from uint64
+	c    *Cluster
+}
+
+func (f *filter) Send(msgs []*raftpb.Message) {
+	f.c.mu.Lock()
+	kept := msgs[:0:0]
+	for _, m := range msgs {
+		if !f.c.cut[[2]uint64{f.from, m.GetTo()}] {
+			kept = append(kept, m)
+		}
+	}
+	f.c.mu.Unlock()
+	f.Transport.Send(kept)
 }
 
 // Addrs returns every node's gRPC address.
@@ -102,21 +129,22 @@ func (c *Cluster) Partition(cut ...*Node) {
 	for _, a := range c.Nodes {
 		for _, b := range c.Nodes {
 			if a != b && in[a] != in[b] {
-				a.trans.Disconnect(b.addr)
+				c.cut[[2]uint64{a.raftID, b.raftID}] = true
 			}
 		}
 	}
+}
+
+// CutOneWay drops every message from a to b (b still reaches a).
+func (c *Cluster) CutOneWay(a, b *Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut[[2]uint64{a.raftID, b.raftID}] = true
 }
 
 // Heal reconnects every pair of nodes.
 func (c *Cluster) Heal() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, a := range c.Nodes {
-		for _, b := range c.Nodes {
-			if a != b {
-				a.trans.Connect(b.addr, b.trans)
-			}
-		}
-	}
+	clear(c.cut)
 }

@@ -1,4 +1,4 @@
-// Package locktest runs real fence servers inside tests: raft, bbolt and gRPC
+// Package locktest runs real fence servers inside tests: raft, its log and gRPC
 // on loopback, in a temporary data dir, with fast elections and quiet logs.
 // Only tests import it.
 package locktest
@@ -20,7 +20,7 @@ import (
 func Config(dir string) server.Config {
 	cfg := server.DefaultConfig()
 	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = dir, "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 10*time.Millisecond, 50*time.Millisecond
 	cfg.Registerer = prometheus.NewRegistry()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.RaftLogLevel = "off"

@@ -1,5 +1,6 @@
 // Package planted holds the switches of deliberately planted bugs. They exist
-// only so the chaos harness (test/chaos) can prove it catches each one. Every
+// only so the chaos harness (test/chaos) and the simulation can prove they
+// catch each one. Every
 // switch is the constant false unless the binary is built with that bug's
 // tag, so a normal build compiles the buggy branches away:
 //
@@ -13,4 +14,12 @@
 //	fence_bug_replay    ReplayExecuted: a lease's call that its client has
 //	                    acknowledged is executed again when it arrives late,
 //	                    instead of refused (the hole call numbers close).
+//	fence_bug_applyuncommitted
+//	                    ApplyUncommitted (the engine boundary): a node
+//	                    applies log entries as soon as they are written to
+//	                    its log, before raft says they are committed.
+//
+// The chaos harness (test/chaos) catches the first four; the deterministic
+// simulation (internal/node, TestSimulation) catches regrant, token, replay
+// and applyuncommitted.
 package planted

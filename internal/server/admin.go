@@ -6,14 +6,36 @@ import (
 	"net"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/api"
 )
 
 // AdminHeader is the gRPC metadata key of the admin token ("Bearer <token>").
 const AdminHeader = "authorization"
+
+// adminCalls are the operator calls, by gRPC method, with the words errors use.
+var adminCalls = map[string]string{
+	api.Fence_ForceRelease_FullMethodName:   "force-release",
+	api.Fence_AddMember_FullMethodName:      "add member",
+	api.Fence_RemoveMember_FullMethodName:   "remove member",
+	api.Fence_TransferLeader_FullMethodName: "transfer leadership",
+}
+
+// adminInterceptor refuses an admin call that authorizeAdmin does not
+// admit, before its handler runs; other calls pass.
+func (s *Server) adminInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if what, ok := adminCalls[info.FullMethod]; ok {
+		if err := s.authorizeAdmin(ctx, what); err != nil {
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
 
 // authorizeAdmin admits an operator call (force-release, membership,
 // leadership transfer). With an admin token configured, the call must carry

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/audit"
 	"github.com/fencehq/fence/internal/locktest"
 	"github.com/fencehq/fence/internal/server"
 )
@@ -41,7 +42,7 @@ func TestAuditFile(t *testing.T) {
 	var last uint64
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var rec server.AuditRecord
+		var rec audit.Record
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			t.Fatalf("%q: %v", sc.Text(), err)
 		}

@@ -4,14 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencehq/fence/internal/clock"
 	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/node"
 )
 
 // Default addresses of a single node.
@@ -25,7 +26,8 @@ const (
 type Config struct {
 	// NodeID names this node in the raft group; it must never change for a data dir.
 	NodeID string
-	// DataDir holds the raft log (wal/, raft-wal, fsync on every write), snapshots/ and LOCK.
+	// DataDir holds FORMAT, LOCK and the raft log (raft/: etcd's WAL, fsynced
+	// on every write, and snapshot files).
 	DataDir string
 	// GRPCAddr is where clients connect. ":0" picks a free port (see Server.GRPCAddr).
 	GRPCAddr string
@@ -34,8 +36,8 @@ type Config struct {
 	// Pprof also serves /debug/pprof/ on MetricsAddr (profiles reveal internals:
 	// keep that address private).
 	Pprof bool
-	// RaftAddr is the raft transport's address (TCP). Other members reach this
-	// node there, so it must be a concrete address, not 0.0.0.0.
+	// RaftAddr is the raft transport's address (gRPC streams). Other members
+	// reach this node there, so it must be a concrete address, not 0.0.0.0.
 	RaftAddr string
 	// AuditFile, if set, receives one JSON line (AuditRecord) per applied
 	// entry that started or ended a lease or granted or released a lock.
@@ -45,18 +47,23 @@ type Config struct {
 	// TransferLeader. If empty, admin calls are accepted only from loopback.
 	// Nodes joining with --join send it too, so give every node the same one.
 	AdminToken string
-	// Transport, if set, replaces the TCP transport on RaftAddr (its LocalAddr
-	// is then this node's raft address). internal/locktest passes raft's
-	// InmemTransport to build clusters with partitions; the caller closes it.
-	Transport raft.Transport
+	// RaftListener, if set, is where the raft transport serves (RaftAddr is
+	// then ignored): tests open it first to learn the port.
+	RaftListener net.Listener
+	// WrapTransport, if set, wraps the raft transport: internal/locktest cuts
+	// links between nodes this way.
+	WrapTransport func(node.Transport) node.Transport
 	// Bootstrap lists the voters of a new cluster (this node included), the
 	// same on every node. Used only on a node's first start; empty (and no
 	// Join) means a single node that bootstraps itself.
 	Bootstrap []Peer
 	// Join lists gRPC addresses of members of an existing cluster. On its first
-	// start the node asks them to add it as a voter, then catches up from the
-	// leader's log or snapshot.
+	// start the node asks them to add it (New waits for that, up to
+	// JoinTimeout), then catches up from the leader's log or snapshot as a
+	// learner, and votes once it has.
 	Join []string
+	// JoinTimeout bounds how long a first start with Join waits to be added.
+	JoinTimeout time.Duration
 
 	// MinTTL and MaxTTL bound the TTL a client may ask for.
 	MinTTL, MaxTTL time.Duration
@@ -75,13 +82,14 @@ type Config struct {
 
 	// MaxBatch bounds the commands packed into one raft entry.
 	MaxBatch int
-	// SnapshotThreshold is the number of new log entries that triggers a snapshot.
+	// SnapshotThreshold is the number of applied log entries that triggers a snapshot.
 	SnapshotThreshold uint64
-	// SnapshotInterval is how often raft checks the threshold.
-	SnapshotInterval time.Duration
 	// TrailingLogs is how many entries to keep after a snapshot (for slow followers).
 	TrailingLogs uint64
-	// HeartbeatTimeout and ElectionTimeout are raft's failure-detection times.
+	// HeartbeatTimeout is how often the leader heartbeats; ElectionTimeout is
+	// how long a follower waits without hearing from a leader before it starts
+	// an election (randomized up to twice that). Raft ticks every
+	// ElectionTimeout/10.
 	HeartbeatTimeout, ElectionTimeout time.Duration
 
 	// Clock drives leases, ticks and lock-delays. Raft keeps its own timers.
@@ -93,7 +101,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
-	// RaftLogLevel is the level of hashicorp/raft's own log ("warn" by default).
+	// RaftLogLevel is the level of the raft library's own log: debug, info,
+	// warn (the default), error or off.
 	RaftLogLevel string
 }
 
@@ -133,10 +142,10 @@ func DefaultConfig() Config {
 		TickInterval:      100 * time.Millisecond,
 		MaxBatch:          1024,
 		SnapshotThreshold: 16384,
-		SnapshotInterval:  30 * time.Second,
 		TrailingLogs:      10240,
-		HeartbeatTimeout:  500 * time.Millisecond,
+		HeartbeatTimeout:  100 * time.Millisecond,
 		ElectionTimeout:   500 * time.Millisecond,
+		JoinTimeout:       2 * time.Minute,
 		Clock:             clock.Real{},
 		RaftLogLevel:      "warn",
 	}
@@ -165,7 +174,13 @@ func (c *Config) Validate() error {
 	check(c.TickInterval < c.MinTTL, "tick interval %v must be shorter than the minimum TTL %v", c.TickInterval, c.MinTTL)
 	check(c.MaxBatch >= 1, "max batch %d must be at least 1", c.MaxBatch)
 	check(c.SnapshotThreshold >= 1, "snapshot threshold must be at least 1")
-	check(c.HeartbeatTimeout >= 5*time.Millisecond && c.ElectionTimeout >= 5*time.Millisecond, "raft timeouts must be at least 5ms")
+	check(c.ElectionTimeout >= 10*time.Millisecond, "election timeout %v must be at least 10ms", c.ElectionTimeout)
+	check(c.HeartbeatTimeout >= c.ElectionTimeout/10 && c.HeartbeatTimeout <= c.ElectionTimeout/2,
+		"heartbeat timeout %v must be between a tenth and a half of the election timeout %v", c.HeartbeatTimeout, c.ElectionTimeout)
+	check(len(c.Join) == 0 || c.JoinTimeout > 0, "join timeout must be positive")
+	if _, err := node.ParseRaftLogLevel(c.RaftLogLevel); err != nil {
+		errs = append(errs, err)
+	}
 	check(c.Clock != nil, "clock is nil")
 	check(len(c.Bootstrap) == 0 || len(c.Join) == 0, "give either a bootstrap list (a new cluster) or join addresses (an existing one), not both")
 	if len(c.Bootstrap) > 0 {
@@ -175,8 +190,12 @@ func (c *Config) Validate() error {
 			check(!ids[p.ID], "bootstrap lists node %q twice", p.ID)
 			ids[p.ID] = true
 			self = self || p.ID == c.NodeID
-			if p.ID == c.NodeID && c.Transport == nil {
-				check(p.RaftAddr == c.RaftAddr, "bootstrap gives this node (%s) raft address %s, but --raft-addr is %s", p.ID, p.RaftAddr, c.RaftAddr)
+			if p.ID == c.NodeID {
+				addr := c.RaftAddr
+				if c.RaftListener != nil {
+					addr = c.RaftListener.Addr().String()
+				}
+				check(p.RaftAddr == addr, "bootstrap gives this node (%s) raft address %s, but --raft-addr is %s", p.ID, p.RaftAddr, addr)
 			}
 		}
 		check(self, "the bootstrap list must include this node (%s)", c.NodeID)

@@ -27,6 +27,30 @@ func directClient(t *testing.T, n *locktest.Node) api.FenceClient {
 	return api.NewFenceClient(conn)
 }
 
+// TestNotReadyRefusesCalls: a node that does not lead refuses commands and
+// linearizable reads with UNAVAILABLE (naming the leader), instead of
+// answering from its own, possibly stale, state.
+func TestNotReadyRefusesCalls(t *testing.T) {
+	c := locktest.NewCluster(t, 3)
+	leader := c.Leader()
+	var follower *locktest.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	cli := directClient(t, follower)
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := cli.CreateLease(cctx, &api.CreateLeaseRequest{RequestId: []byte("not-ready-call-1"), Ttl: durationpb.New(time.Minute)})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("call on a node that is not ready: %v", err)
+	}
+	if _, err := cli.ListLocks(cctx, &api.ListLocksRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("read on a node that is not ready: %v", err)
+	}
+}
+
 // TestPartitionedLeaderIsInert cuts the leader off from the majority. The
 // cut-off node must grant nothing and renew nothing; the majority elects a
 // new leader and carries on (the client fails over, a renewed lease

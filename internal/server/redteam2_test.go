@@ -38,12 +38,12 @@ func TestRedteam2TwoAttemptsGiveUpTogetherNeitherCancels(t *testing.T) {
 		go func() { _, err := n.cli.Acquire(cctx, req); done <- err }()
 		eventually(t, "first attempt queued", func() bool { return n.getLock(name).Waiters == 1 })
 		go func() { _, err := n.cli.Acquire(cctx, req); done <- err }() // the retry: answered Queued from memory
-		eventually(t, "both attempts registered", func() bool { return n.srv.waiters.attempts(leaseIDOf(t, b), name, s) == 2 })
+		eventually(t, "both attempts registered", func() bool { return n.srv.node.Waiting(leaseIDOf(t, b), name, s) == 2 })
 		time.Sleep(20 * time.Millisecond) // the retry's Acquire applied, it waits
 		cancel()                          // both end together
 		<-done
 		<-done
-		eventually(t, "handlers gone", func() bool { return n.srv.waiters.attempts(leaseIDOf(t, b), name, s) == 0 })
+		eventually(t, "handlers gone", func() bool { return n.srv.node.Waiting(leaseIDOf(t, b), name, s) == 0 })
 		// The last attempt to leave proposes CancelWait after it unregistered:
 		// give it time to commit (the bound is a hang guard, not a timing claim).
 		deadline := time.Now().Add(5 * time.Second)
@@ -85,9 +85,9 @@ func TestRedteam2GiveUpInterleavingLeavesWaitBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := n.srv.waiters.register(cmd.Lease, cmd.Name, cmd.Seq)                              // the first attempt's handler
-	retry := n.srv.waiters.register(cmd.Lease, cmd.Name, cmd.Seq)                              // the retry's
-	if res, err := n.srv.proposer.propose(ctx(t), cmd); err != nil || res.Code != fsm.Queued { // both see Queued
+	first := n.srv.node.Wait(cmd.Lease, cmd.Name, cmd.Seq)                                 // the first attempt's handler
+	retry := n.srv.node.Wait(cmd.Lease, cmd.Name, cmd.Seq)                                 // the retry's
+	if res, err := n.srv.node.Propose(ctx(t), cmd); err != nil || res.Code != fsm.Queued { // both see Queued
 		t.Fatalf("acquire: %v %v", res.Code, err)
 	}
 	ended, cancel := context.WithCancel(context.Background())
@@ -127,11 +127,10 @@ func TestRedteam2WaitingHandlerAnswersOKForEndedGrant(t *testing.T) {
 	eventually(t, "b queued", func() bool { return n.getLock("x").Waiters == 1 })
 	// One entry: a releases x (b is granted token+1), an admin force-releases that grant.
 	next := held.GetToken() + 1
-	batch := fsm.EncodeBatch(nil, []fsm.Command{
+	if _, err := n.srv.node.ProposeEntry(ctx(t), []fsm.Command{
 		{Kind: fsm.KindRelease, RequestID: [16]byte(newReq()), Lease: leaseIDOf(t, a), Seq: nextSeq(), Ack: 1, Name: "x"},
 		{Kind: fsm.KindForceRelease, RequestID: [16]byte(newReq()), Name: "x", Token: next},
-	})
-	if err := n.srv.proposer.raft.Apply(batch, 5*time.Second).Error(); err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	first := <-got
@@ -158,14 +157,14 @@ func TestRedteam2OneAcquireMakesTheNodeUnrestartable(t *testing.T) {
 	seq := open[len(open)-1] + 2
 	_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: 1, Open: open, LeaseId: b, Name: "x", LockDelay: durationpb.New(0)})
 	t.Logf("the Acquire: %v", err)
-	if err := n.srv.proposer.raft.Snapshot().Error(); err != nil {
+	if err := n.srv.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
 	n.stop()
 	cfg := DefaultConfig()
 	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = n.dir, "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Clock, cfg.Registerer, cfg.Logger, cfg.RaftLogLevel = n.clock, prometheus.NewRegistry(), testLogger(), "error"
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 10*time.Millisecond, 50*time.Millisecond
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatalf("after one valid Acquire and a snapshot, the node does not start again: %v", err)
@@ -176,17 +175,4 @@ func TestRedteam2OneAcquireMakesTheNodeUnrestartable(t *testing.T) {
 	if err := srv.WaitReady(wctx); err != nil {
 		t.Fatalf("after one valid Acquire and a snapshot, the restarted node never becomes ready: %v", err)
 	}
-}
-
-// attempts returns how many handlers of call seq of lease wait for name.
-func (w *waiters) attempts(lease fsm.LeaseID, name string, seq uint64) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, c := range w.m[lease][name] {
-		if c.seq == seq {
-			n++
-		}
-	}
-	return n
 }

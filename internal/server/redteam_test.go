@@ -19,7 +19,7 @@ import (
 
 func (n *testNode) snapshotBytes() []byte {
 	var b []byte
-	n.srv.replica.read(func(s *fsm.State) { b = s.Marshal(nil) })
+	n.srv.node.View(func(s *fsm.State) { b = s.Marshal(nil) })
 	return b
 }
 

@@ -59,7 +59,7 @@ func (n *testNode) start() {
 	cfg.Registerer = prometheus.NewRegistry()
 	cfg.Logger = testLogger()
 	cfg.RaftLogLevel = "error"
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 10*time.Millisecond, 50*time.Millisecond
 	if n.conf != nil {
 		n.conf(&cfg)
 	}
@@ -76,7 +76,7 @@ func (n *testNode) start() {
 	n.grpcAddr = srv.GRPCAddr()
 	for {
 		var recorded string
-		srv.replica.read(func(s *fsm.State) { recorded, _ = s.NodeAddr(cfg.NodeID) })
+		srv.node.View(func(s *fsm.State) { recorded, _ = s.NodeAddr(cfg.NodeID) })
 		if recorded == n.grpcAddr {
 			break
 		}
@@ -472,7 +472,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 // state returns the canonical encoding of the node's replicated state.
 func (n *testNode) state() string {
 	var b []byte
-	n.srv.replica.read(func(s *fsmState) { b = s.Marshal(nil) })
+	n.srv.node.View(func(s *fsmState) { b = s.Marshal(nil) })
 	return string(b)
 }
 
@@ -547,20 +547,8 @@ func TestRestartCreditsLoggedTime(t *testing.T) {
 
 func (n *testNode) logical() time.Duration {
 	var d time.Duration
-	n.srv.replica.read(func(s *fsmState) { d = s.Clock() })
+	n.srv.node.View(func(s *fsmState) { d = s.Clock() })
 	return d
-}
-
-func TestNotReadyRefusesCalls(t *testing.T) {
-	n := startNode(t, nil)
-	n.srv.lessor.deactivate() // as after losing leadership
-	_, err := n.cli.CreateLease(ctx(t), &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(time.Minute)})
-	if code(err) != codes.Unavailable {
-		t.Fatalf("call on a node that is not ready: %v", err)
-	}
-	if _, err := n.cli.ListLocks(ctx(t), &api.ListLocksRequest{}); code(err) != codes.Unavailable {
-		t.Fatalf("read on a node that is not ready: %v", err)
-	}
 }
 
 type fsmState = fsm.State

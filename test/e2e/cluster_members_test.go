@@ -21,7 +21,7 @@ func TestClusterJoinAndCatchUp(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 3, "--snapshot-threshold", "50", "--snapshot-interval", "200ms", "--trailing-logs", "20", "--admin-token-file", tokenFile)
+	c := newCluster(t, 3, "--snapshot-threshold", "50", "--trailing-logs", "20", "--admin-token-file", tokenFile)
 	cl := c.dial(client.WithTTL(time.Minute), client.WithAdminToken("s3cret"))
 	if _, err := c.dial().TransferLeader(timeout(t, 5*time.Second), ""); err == nil || !strings.Contains(err.Error(), "send the admin token") {
 		t.Fatalf("an admin call without the token: %v", err)

@@ -60,7 +60,7 @@ func TestKill9Durability(t *testing.T) {
 	kills := envInt("FENCE_E2E_KILLS", 6)
 	const workers = 16
 
-	n := newNode(t, "--lock-delay", "0", "--snapshot-threshold", "200", "--snapshot-interval", "200ms", "--trailing-logs", "50")
+	n := newNode(t, "--lock-delay", "0", "--snapshot-threshold", "200", "--trailing-logs", "50")
 	n.start()
 	leases := make([][]byte, workers)
 	numbers := make([]uint64, workers)

@@ -1,0 +1,91 @@
+// Package audit writes and defines the audit file: one JSON line per applied
+// raft entry that started or ended a lease or granted or released a lock.
+// It is a leaf package, so tools that read audit files (internal/chaos) need
+// not import the server.
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/fencehq/fence/internal/fsm"
+)
+
+// Record is one line of the audit file: the lease and lock changes of
+// one applied raft entry, or a snapshot restore. Every node writes the same
+// records for the same index; a node that restarts re-applies the entries
+// after its last snapshot and writes them again.
+type Record struct {
+	// Index is the raft index of the entry (0 on a Restored record).
+	Index uint64 `json:"index,omitempty"`
+	// Restored marks a snapshot replacing the state: records before it are
+	// not replayed on this node.
+	Restored bool `json:"restored,omitempty"`
+	// Events are the entry's changes, in the order they happened.
+	Events []Event `json:"events,omitempty"`
+}
+
+// Event is one change. Leases appear by their public number, never by
+// their secret id.
+type Event struct {
+	// Kind is "lease-started", "lease-ended", "granted" or "released".
+	Kind string `json:"kind"`
+	// Cmd is the command that caused it: "create-lease", "acquire", "expire", …
+	Cmd string `json:"cmd"`
+	// Lease is the public number of the lease concerned (0: not a live lease).
+	Lease uint64 `json:"lease"`
+	// Lock is the lock's name (granted, released).
+	Lock string `json:"lock,omitempty"`
+	// Token is the grant's token (granted, released).
+	Token uint64 `json:"token,omitempty"`
+}
+
+// Log appends Records as JSON lines, one write per entry, so a
+// killed node loses nothing it applied.
+type Log struct {
+	f *os.File
+}
+
+// Open opens (or creates) the audit file at path for appending.
+func Open(path string) (*Log, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("audit file: %w", err)
+	}
+	return &Log{f: f}, nil
+}
+
+var auditKinds = map[fsm.EventKind]string{fsm.LeaseStarted: "lease-started", fsm.LeaseEnded: "lease-ended",
+	fsm.Granted: "granted", fsm.Released: "released"}
+
+// Entry records the audited events of one applied entry, if it has any.
+func (a *Log) Entry(index uint64, cmds []fsm.Command, results []fsm.Result) error {
+	rec := Record{Index: index}
+	for i := range results {
+		for _, e := range results[i].Events {
+			if kind, ok := auditKinds[e.Kind]; ok {
+				rec.Events = append(rec.Events, Event{Kind: kind, Cmd: cmds[i].Kind.String(), Lease: e.Number, Lock: e.Name, Token: e.Token})
+			}
+		}
+	}
+	if len(rec.Events) == 0 {
+		return nil
+	}
+	return a.write(rec)
+}
+
+// Restored records that a snapshot replaced the state.
+func (a *Log) Restored() error { return a.write(Record{Restored: true}) }
+
+func (a *Log) write(rec Record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = a.f.Write(append(b, '\n'))
+	return err
+}
+
+// Close closes the file.
+func (a *Log) Close() error { return a.f.Close() }

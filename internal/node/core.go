@@ -1,0 +1,511 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/internal/planted"
+)
+
+// Log is a node's durable raft state: hard state, entries and snapshots, and
+// a raft.Storage view of them. internal/raftstore keeps it on disk (etcd's
+// WAL and snapshotter); the simulation keeps it in memory and can lose
+// what was not synced.
+type Log interface {
+	raft.Storage
+	// Append makes hs (nil or empty: unchanged), ents (replacing any entries
+	// from the first one's index on) and snap (nil or empty: none) durable
+	// before it returns, then shows them in the raft.Storage view.
+	Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
+	// SaveSnapshot durably records a snapshot of the applied state at index
+	// and compacts the log, keeping trailing entries before index.
+	SaveSnapshot(index uint64, cs *raftpb.ConfState, data []byte, trailing uint64) error
+}
+
+// Transport carries raft messages to the other members (internal/transport
+// over gRPC; the simulation's network in tests). Send never blocks: a
+// message it cannot deliver is lost, which raft tolerates.
+type Transport interface {
+	Send(msgs []*raftpb.Message)
+	SetPeer(id uint64, addr string)
+	RemovePeer(id uint64)
+}
+
+// stateMachine is what committed entries are applied to.
+type stateMachine interface {
+	// apply applies one entry's payload and returns its outcome.
+	apply(index uint64, data []byte) any
+	// snapshot encodes the state as applied so far.
+	snapshot() []byte
+	// restore replaces the state with a snapshot's.
+	restore(data []byte) error
+}
+
+// Errors a proposal or read may end with.
+var (
+	// ErrNotLeader: this node cannot take the proposal or read now; it was
+	// not written to the log.
+	ErrNotLeader = errors.New("this node is not the leader")
+	// ErrIndeterminate: the proposal reached the log but this node lost
+	// leadership (or stopped) before it learned whether it committed.
+	ErrIndeterminate = errors.New("outcome unknown: leadership changed while the command was in flight; retry with the same request id")
+	// ErrStopped: the node is shut down.
+	ErrStopped = errors.New("node stopped")
+)
+
+// outcome is what a proposal or read learns: the entry's index and its
+// result, or an error.
+type outcome struct {
+	index  uint64
+	result any
+	err    error
+}
+
+// request is a proposal or read handed to the core; done is buffered (1).
+type request struct {
+	data []byte               // a proposal's payload; nil for reads and conf changes
+	cc   *raftpb.ConfChangeV2 // a membership change
+	done chan outcome
+}
+
+func newRequest() *request { return &request{done: make(chan outcome, 1)} }
+
+func (r *request) finish(o outcome) { r.done <- o }
+
+// coreConfig is what a core needs.
+type coreConfig struct {
+	id                uint64
+	log               Log
+	sm                stateMachine
+	electionTick      int
+	heartbeatTick     int
+	snapshotThreshold uint64
+	trailing          uint64
+	logger            *slog.Logger
+	raftLogLevel      slog.Level
+	// leadership is told when this node starts leading with every earlier
+	// entry applied (true), and when it stops (false). Called on the apply
+	// path; it must not block.
+	leadership func(leading bool)
+	// membersChanged is told the member list after it changed (apply path).
+	membersChanged func(members)
+}
+
+// core is one raft group's node: the RawNode, the state machine it applies
+// to, the proposals and reads waiting for their outcome, and the member
+// list. It runs no goroutines: the loop (or the simulation) calls it from
+// one goroutine; persist alone may run elsewhere.
+type core struct {
+	cfg     coreConfig
+	rn      *raft.RawNode
+	members members
+	cs      *raftpb.ConfState
+	applied uint64
+	snapped uint64 // index of the last snapshot taken or restored
+
+	lead    uint64
+	state   raft.StateType
+	term    uint64
+	leading bool // leader, and its own term's first entry is applied
+
+	nextID    uint64              // last proposal or read id used
+	proposals map[uint64]*request // by proposal id, until applied or given up
+	newReads  []*request          // reads not yet sent to raft
+	reads     map[uint64][]*request
+	waiting   []readWait // reads whose index is known, waiting for apply
+	snapshots []snapshotJob
+}
+
+type readWait struct {
+	index uint64
+	reqs  []*request
+}
+
+// snapshotJob is a snapshot of the applied state for the append worker to save.
+type snapshotJob struct {
+	index uint64
+	cs    *raftpb.ConfState
+	data  []byte
+	saved chan error // if set, told the outcome of saving (buffered)
+}
+
+func newCore(cfg coreConfig, boot []Member, idSeed uint64) (*core, error) {
+	c := &core{cfg: cfg, members: members{}, proposals: map[uint64]*request{}, reads: map[uint64][]*request{}, nextID: idSeed}
+	snap, err := cfg.log.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	hs, cs, err := cfg.log.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("read raft state: %w", err)
+	}
+	c.cs = cs
+	if !raft.IsEmptySnap(snap) {
+		if err := c.restore(snap); err != nil {
+			return nil, err
+		}
+	}
+	rc := &raft.Config{
+		ID:                        cfg.id,
+		ElectionTick:              cfg.electionTick,
+		HeartbeatTick:             cfg.heartbeatTick,
+		Storage:                   cfg.log,
+		Applied:                   c.applied,
+		AsyncStorageWrites:        true,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: 256 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLogger{cfg.logger, cfg.raftLogLevel},
+	}
+	if c.rn, err = raft.NewRawNode(rc); err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	last, err := cfg.log.LastIndex()
+	if err != nil {
+		return nil, err
+	}
+	if last == 0 && raft.IsEmptyHardState(hs) && len(boot) > 0 {
+		peers := make([]raft.Peer, len(boot))
+		for i, m := range boot {
+			peers[i] = raft.Peer{ID: m.ID, Context: encodeContext(m, 0)}
+		}
+		if err := c.rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// tick advances raft's logical clock by one tick.
+func (c *core) tick() { c.rn.Tick() }
+
+// step hands raft a message from the network.
+func (c *core) step(m *raftpb.Message) {
+	if err := c.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrStepLocalMsg) {
+		c.cfg.logger.Debug("raft message refused", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
+	}
+}
+
+// propose appends req to the leader's log, or refuses it at once.
+func (c *core) propose(req *request) {
+	if c.state != raft.StateLeader {
+		req.finish(outcome{err: ErrNotLeader})
+		return
+	}
+	c.nextID++
+	id := c.nextID
+	var err error
+	if req.cc != nil {
+		cc := proto.Clone(req.cc).(*raftpb.ConfChangeV2)
+		mc, derr := decodeContext(cc.Context)
+		if derr != nil {
+			req.finish(outcome{err: derr})
+			return
+		}
+		cc.Context = encodeContext(mc.Member, id)
+		err = c.rn.ProposeConfChange(cc)
+	} else {
+		data := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(req.data)), id)
+		err = c.rn.Propose(append(data, req.data...))
+	}
+	if err != nil {
+		req.finish(outcome{err: fmt.Errorf("%w (%v)", ErrNotLeader, err)})
+		return
+	}
+	c.proposals[id] = req
+}
+
+// read queues a linearizable read: it finishes once this node, still the
+// leader, has applied everything committed when the read arrived.
+func (c *core) read(req *request) {
+	if !c.leading {
+		req.finish(outcome{err: ErrNotLeader})
+		return
+	}
+	c.newReads = append(c.newReads, req)
+}
+
+// flushReads asks raft for one read index covering every queued read.
+func (c *core) flushReads() {
+	if len(c.newReads) == 0 {
+		return
+	}
+	c.nextID++
+	c.reads[c.nextID] = c.newReads
+	c.newReads = nil
+	c.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, c.nextID))
+}
+
+// ready takes raft's pending work: it returns the messages for the network
+// and the log writes for the append worker (in order), applies committed
+// entries, and steps local responses, until raft has nothing more.
+func (c *core) ready() (send []*raftpb.Message, appends []*raftpb.Message) {
+	c.flushReads()
+	for c.rn.HasReady() {
+		rd := c.rn.Ready()
+		if rd.SoftState != nil {
+			c.softState(rd.SoftState)
+		}
+		if rd.HardState != nil {
+			c.term = rd.HardState.GetTerm()
+		}
+		for _, rs := range rd.ReadStates {
+			c.readState(rs)
+		}
+		for _, m := range rd.Messages {
+			switch m.GetTo() {
+			case raft.LocalAppendThread:
+				if planted.ApplyUncommitted {
+					c.applyEntries(slices.DeleteFunc(slices.Clone(m.GetEntries()), func(e *raftpb.Entry) bool { return e.GetType() != raftpb.EntryNormal }))
+				}
+				appends = append(appends, m)
+			case raft.LocalApplyThread:
+				c.applyEntries(m.GetEntries())
+				for _, r := range m.GetResponses() {
+					c.step(r)
+				}
+			default:
+				send = append(send, m)
+			}
+		}
+	}
+	return send, appends
+}
+
+// persist performs one log write of the append worker. It touches only the
+// Log, so it may run on another goroutine than the rest of the core.
+func (c *core) persist(m *raftpb.Message) error {
+	var hs *raftpb.HardState
+	if m.Term != nil || m.Vote != nil || m.Commit != nil {
+		hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+	}
+	return c.cfg.log.Append(hs, m.GetEntries(), m.GetSnapshot())
+}
+
+// persisted takes back a log write the append worker made durable: a
+// snapshot from the leader replaces the state, then the write's responses
+// are stepped (local) or returned for the network.
+func (c *core) persisted(m *raftpb.Message) (send []*raftpb.Message, err error) {
+	if snap := m.GetSnapshot(); !raft.IsEmptySnap(snap) {
+		if err := c.restore(snap); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range m.GetResponses() {
+		if r.GetTo() == c.cfg.id {
+			c.step(r)
+		} else {
+			send = append(send, r)
+		}
+	}
+	return send, nil
+}
+
+// takeSnapshots returns the snapshots due for the append worker to save.
+func (c *core) takeSnapshots() []snapshotJob {
+	jobs := c.snapshots
+	c.snapshots = nil
+	return jobs
+}
+
+func (c *core) softState(ss *raft.SoftState) {
+	wasLeader := c.state == raft.StateLeader
+	c.lead, c.state = ss.Lead, ss.RaftState
+	if wasLeader && c.state != raft.StateLeader {
+		c.stepDown()
+	}
+}
+
+// stepDown gives up on what waited for this node's leadership: proposals may
+// still commit under the next leader (the fsm answers a retry with the first
+// outcome), reads are refused.
+func (c *core) stepDown() {
+	for id, req := range c.proposals {
+		req.finish(outcome{err: ErrIndeterminate})
+		delete(c.proposals, id)
+	}
+	c.failReads(ErrNotLeader)
+	if c.leading {
+		c.leading = false
+		c.cfg.leadership(false)
+	}
+}
+
+func (c *core) failReads(err error) {
+	for _, req := range c.newReads {
+		req.finish(outcome{err: err})
+	}
+	c.newReads = nil
+	for id, reqs := range c.reads {
+		for _, req := range reqs {
+			req.finish(outcome{err: err})
+		}
+		delete(c.reads, id)
+	}
+	for _, w := range c.waiting {
+		for _, req := range w.reqs {
+			req.finish(outcome{err: err})
+		}
+	}
+	c.waiting = nil
+}
+
+func (c *core) readState(rs raft.ReadState) {
+	if len(rs.RequestCtx) != 8 {
+		return
+	}
+	id := binary.BigEndian.Uint64(rs.RequestCtx)
+	reqs, ok := c.reads[id]
+	if !ok {
+		return
+	}
+	delete(c.reads, id)
+	c.waiting = append(c.waiting, readWait{index: rs.Index, reqs: reqs})
+	c.finishReads()
+}
+
+// finishReads answers the reads whose index is applied.
+func (c *core) finishReads() {
+	n := 0
+	for _, w := range c.waiting {
+		if w.index > c.applied {
+			c.waiting[n] = w
+			n++
+			continue
+		}
+		for _, req := range w.reqs {
+			req.finish(outcome{index: w.index})
+		}
+	}
+	clear(c.waiting[n:])
+	c.waiting = c.waiting[:n]
+}
+
+// applyEntries applies committed entries in log order.
+func (c *core) applyEntries(ents []*raftpb.Entry) {
+	for _, e := range ents {
+		if e.GetIndex() <= c.applied {
+			continue
+		}
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			c.applyNormal(e)
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			c.applyConfChange(e, &cc)
+		case raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeV2
+			c.applyConfChange(e, &cc)
+		}
+		c.applied = e.GetIndex()
+	}
+	c.finishReads()
+	if c.applied-c.snapped >= c.cfg.snapshotThreshold {
+		c.snapshotNow()
+	}
+}
+
+// snapshotNow queues a snapshot of the applied state.
+func (c *core) snapshotNow() {
+	if c.applied == c.snapped {
+		return
+	}
+	c.snapshots = append(c.snapshots, snapshotJob{index: c.applied, cs: proto.Clone(c.cs).(*raftpb.ConfState),
+		data: encodeSnapshot(c.members, c.cfg.sm.snapshot())})
+	c.snapped = c.applied
+}
+
+func (c *core) applyNormal(e *raftpb.Entry) {
+	data := e.GetData()
+	if len(data) == 0 { // a new leader's first entry: everything before it is applied now
+		if c.state == raft.StateLeader && e.GetTerm() == c.term && !c.leading {
+			c.leading = true
+			c.cfg.leadership(true)
+		}
+		return
+	}
+	if len(data) < 8 {
+		c.cfg.logger.Error("skipping a log entry too short to be fence's", "index", e.GetIndex())
+		return
+	}
+	id := binary.BigEndian.Uint64(data)
+	res := c.cfg.sm.apply(e.GetIndex(), data[8:])
+	if req := c.proposals[id]; req != nil {
+		delete(c.proposals, id)
+		o := outcome{index: e.GetIndex(), result: res}
+		if err, ok := res.(error); ok {
+			o = outcome{index: e.GetIndex(), err: err}
+		}
+		req.finish(o)
+	}
+}
+
+func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
+	proto.Message
+	raftpb.ConfChangeI
+}) {
+	if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+		c.cfg.logger.Error("skipping an undecodable membership change", "index", e.GetIndex(), "err", err)
+		return
+	}
+	v2 := cc.AsV2()
+	mc, err := decodeContext(v2.GetContext())
+	if err != nil {
+		c.cfg.logger.Error("membership change without a readable member", "index", e.GetIndex(), "err", err)
+	}
+	c.cs = c.rn.ApplyConfChange(cc)
+	for _, ch := range v2.GetChanges() {
+		switch ch.GetType() {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			if err == nil && mc.ID == ch.GetNodeId() {
+				c.members[mc.ID] = mc.Member
+			}
+		case raftpb.ConfChangeRemoveNode:
+			delete(c.members, ch.GetNodeId())
+		}
+	}
+	c.cfg.membersChanged(c.members)
+	if req := c.proposals[mc.Proposal]; mc.Proposal != 0 && req != nil {
+		delete(c.proposals, mc.Proposal)
+		req.finish(outcome{index: e.GetIndex()})
+	}
+}
+
+// restore replaces the state machine and member list with a snapshot's.
+func (c *core) restore(snap *raftpb.Snapshot) error {
+	ms, state, err := decodeSnapshot(snap.GetData())
+	if err != nil {
+		return fmt.Errorf("snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	if err := c.cfg.sm.restore(state); err != nil {
+		return fmt.Errorf("snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	c.members = ms
+	c.cs = snap.GetMetadata().GetConfState()
+	c.applied = snap.GetMetadata().GetIndex()
+	c.snapped = c.applied
+	c.cfg.membersChanged(c.members)
+	return nil
+}
+
+// stop finishes everything still waiting.
+func (c *core) stop() {
+	for id, req := range c.proposals {
+		req.finish(outcome{err: ErrIndeterminate})
+		delete(c.proposals, id)
+	}
+	c.failReads(ErrStopped)
+}

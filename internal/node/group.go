@@ -1,0 +1,326 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// group runs a core: the loop goroutine owns it (ticks, messages,
+// proposals, reads, applying) and the append goroutine makes its log writes
+// durable, in order, while the loop goes on. Everything else talks to the
+// loop through channels.
+type group struct {
+	c     *core
+	trans Transport
+	tick  time.Duration
+
+	inbox chan *raftpb.Message
+	props chan *request
+	reads chan *request
+	ctl   chan func(*core)
+
+	appendQ *queue[appendJob]       // loop → append worker
+	doneQ   *queue[*raftpb.Message] // append worker → loop: writes now durable
+
+	status atomic.Pointer[groupStatus]
+	mu     sync.Mutex
+	ms     []Member // guarded by mu: the member list, for readers off the loop
+
+	stop   chan struct{}
+	failed chan struct{} // closed when a log write failed: the node stops
+	err    error         // why, set before failed is closed
+	wg     sync.WaitGroup
+}
+
+// groupStatus is what the loop publishes after every round.
+type groupStatus struct {
+	lead    uint64
+	state   raft.StateType
+	term    uint64
+	leading bool
+}
+
+// appendJob is one write for the append worker: a raft log write or a
+// snapshot of the applied state.
+type appendJob struct {
+	msg  *raftpb.Message
+	snap *snapshotJob
+}
+
+func newGroup(c *core, tick time.Duration) *group {
+	g := &group{c: c, tick: tick,
+		inbox: make(chan *raftpb.Message, 4096), props: make(chan *request, 4096),
+		reads: make(chan *request, 4096), ctl: make(chan func(*core), 64),
+		appendQ: newQueue[appendJob](), doneQ: newQueue[*raftpb.Message](),
+		stop: make(chan struct{}), failed: make(chan struct{})}
+	g.status.Store(&groupStatus{})
+	return g
+}
+
+// start runs the loop and the append worker, sending through trans.
+func (g *group) start(trans Transport) {
+	g.trans = trans
+	g.wg.Add(2)
+	go func() { defer g.wg.Done(); g.loop() }()
+	go func() { defer g.wg.Done(); g.appendWorker() }()
+}
+
+func (g *group) loop() {
+	t := time.NewTicker(g.tick)
+	defer t.Stop()
+	defer g.c.stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-g.failed:
+			return
+		case <-t.C:
+			g.c.tick()
+		case m := <-g.inbox:
+			g.c.step(m)
+			for i := 0; i < 256 && len(g.inbox) > 0; i++ {
+				g.c.step(<-g.inbox)
+			}
+		case req := <-g.props:
+			g.c.propose(req)
+			for i := 0; i < 1024 && len(g.props) > 0; i++ {
+				g.c.propose(<-g.props)
+			}
+		case req := <-g.reads:
+			g.c.read(req)
+			for i := 0; i < 1024 && len(g.reads) > 0; i++ {
+				g.c.read(<-g.reads)
+			}
+		case f := <-g.ctl:
+			f(g.c)
+		case <-g.doneQ.ready:
+			for _, m := range g.doneQ.take() {
+				send, err := g.c.persisted(m)
+				if err != nil {
+					g.fail(err)
+					return
+				}
+				g.trans.Send(send)
+			}
+		}
+		g.round()
+	}
+}
+
+// round hands out raft's pending work and publishes the status.
+func (g *group) round() {
+	send, appends := g.c.ready()
+	g.trans.Send(send)
+	for _, m := range appends {
+		g.appendQ.push(appendJob{msg: m})
+	}
+	for _, s := range g.c.takeSnapshots() {
+		g.appendQ.push(appendJob{snap: &s})
+	}
+	st := &groupStatus{lead: g.c.lead, state: g.c.state, term: g.c.term, leading: g.c.leading}
+	if old := g.status.Load(); *old != *st {
+		g.status.Store(st)
+	}
+}
+
+// appendWorker performs the log writes in order. A write that fails stops
+// the node: raft cannot go on without a durable log.
+func (g *group) appendWorker() {
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-g.failed:
+			return
+		case <-g.appendQ.ready:
+		}
+		for _, j := range g.appendQ.take() {
+			if j.snap != nil {
+				s := j.snap
+				err := g.c.cfg.log.SaveSnapshot(s.index, s.cs, s.data, g.c.cfg.trailing)
+				if err != nil {
+					g.c.cfg.logger.Error("snapshot not saved; the log grows until one is", "index", s.index, "err", err)
+				}
+				if s.saved != nil {
+					s.saved <- err
+				}
+				continue
+			}
+			if err := g.c.persist(j.msg); err != nil {
+				g.fail(fmt.Errorf("raft log write failed: %w", err))
+				return
+			}
+			g.doneQ.push(j.msg)
+		}
+	}
+}
+
+func (g *group) fail(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err == nil {
+		g.err = err
+		g.c.cfg.logger.Error("raft node stopped", "err", err)
+		close(g.failed)
+	}
+}
+
+// tryControl runs f on the loop later, unless the loop is too busy to take
+// it now (reports from the transport: raft recovers from losing them).
+func (g *group) tryControl(f func(*core)) {
+	select {
+	case g.ctl <- f:
+	default:
+	}
+}
+
+// setMembers records the member list and points the transport at it.
+// Called on the loop (and once before it starts).
+func (g *group) setMembers(ms members) {
+	list := ms.sorted()
+	g.mu.Lock()
+	old := g.ms
+	g.ms = list
+	g.mu.Unlock()
+	if g.trans == nil {
+		return
+	}
+	for _, m := range list {
+		if m.ID != g.c.cfg.id && !slices.Contains(old, m) {
+			g.trans.SetPeer(m.ID, m.RaftAddr)
+		}
+	}
+	for _, m := range old {
+		if _, ok := ms[m.ID]; !ok && m.ID != g.c.cfg.id {
+			g.trans.RemovePeer(m.ID)
+		}
+	}
+}
+
+// memberList returns the members, sorted by name.
+func (g *group) memberList() []Member {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.ms)
+}
+
+// deliver hands the loop a message from the network.
+func (g *group) deliver(m *raftpb.Message) {
+	select {
+	case g.inbox <- m:
+	case <-g.stop:
+	case <-g.failed:
+	}
+}
+
+// control runs f on the loop and waits for it.
+func (g *group) control(ctx context.Context, f func(*core)) error {
+	done := make(chan struct{})
+	select {
+	case g.ctl <- func(c *core) { f(c); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.stop:
+		return ErrStopped
+	case <-g.failed:
+		return g.err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.stop:
+		return ErrStopped
+	case <-g.failed:
+		return g.err
+	}
+}
+
+// submit hands req to the loop on ch and waits for its outcome. A ctx that
+// ends after the loop took a proposal yields ErrIndeterminate.
+func (g *group) submit(ctx context.Context, ch chan *request, req *request) outcome {
+	select {
+	case ch <- req:
+	case <-ctx.Done():
+		return outcome{err: ctx.Err()}
+	case <-g.stop:
+		return outcome{err: ErrStopped}
+	case <-g.failed:
+		return outcome{err: g.err}
+	}
+	select {
+	case o := <-req.done:
+		return o
+	case <-ctx.Done():
+		if ch == g.reads {
+			return outcome{err: ctx.Err()}
+		}
+		return outcome{err: fmt.Errorf("%w (%v)", ErrIndeterminate, ctx.Err())}
+	}
+}
+
+// propose commits data as one entry and returns the state machine's result.
+func (g *group) propose(ctx context.Context, data []byte) outcome {
+	req := newRequest()
+	req.data = data
+	return g.submit(ctx, g.props, req)
+}
+
+// read returns once this node, confirmed leader by a quorum, has applied
+// everything committed before the call.
+func (g *group) read(ctx context.Context) error {
+	return g.submit(ctx, g.reads, newRequest()).err
+}
+
+// changeMembers commits a membership change.
+func (g *group) changeMembers(ctx context.Context, cc *raftpb.ConfChangeV2) error {
+	req := newRequest()
+	req.cc = cc
+	return g.submit(ctx, g.props, req).err
+}
+
+func (g *group) close() {
+	select {
+	case <-g.stop:
+	default:
+		close(g.stop)
+	}
+	g.wg.Wait()
+}
+
+// queue is an unbounded FIFO between two goroutines: push never blocks, and
+// ready is signalled when there is something to take.
+type queue[T any] struct {
+	mu    sync.Mutex
+	items []T
+	ready chan struct{}
+}
+
+func newQueue[T any]() *queue[T] { return &queue[T]{ready: make(chan struct{}, 1)} }
+
+func (q *queue[T]) push(v T) {
+	q.mu.Lock()
+	q.items = append(q.items, v)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queue[T]) take() []T {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = nil
+	return items
+}

@@ -1,0 +1,556 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/fencehq/fence/internal/audit"
+	"github.com/fencehq/fence/internal/clock"
+	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/metrics"
+	"github.com/fencehq/fence/internal/raftstore"
+	"github.com/fencehq/fence/internal/transport"
+)
+
+// Config is what a node needs. The server fills it from its own Config.
+type Config struct {
+	// Name is this node's id in the group (--node-id); it never changes for a data dir.
+	Name string
+	// DataDir holds FORMAT, LOCK and the raft log (raft/).
+	DataDir string
+	// RaftAddr is where the transport listens; other members reach this node there.
+	RaftAddr string
+	// RaftListener, if set, is where the transport serves instead (tests).
+	RaftListener net.Listener
+	// ClientAddr is this node's gRPC address, recorded in the replicated
+	// state when it leads so that followers can redirect clients.
+	ClientAddr string
+	// Bootstrap lists the voters of a new group (this node included), the
+	// same on every node; empty (and no Join) means a single node.
+	Bootstrap []Member
+	// Join, if set, is the group this new node was added to (see AddMember);
+	// its first start takes the cluster id and the members from it.
+	Join *JoinInfo
+	// WrapTransport, if set, wraps the transport (tests cut links this way).
+	WrapTransport func(Transport) Transport
+
+	// TickInterval is how often the leader logs elapsed time and expires leases.
+	TickInterval time.Duration
+	// MaxBatch bounds the commands packed into one raft entry.
+	MaxBatch int
+	// SnapshotThreshold is the number of applied entries that triggers a snapshot.
+	SnapshotThreshold uint64
+	// TrailingLogs is how many entries a snapshot leaves in the log for slow followers.
+	TrailingLogs uint64
+	// HeartbeatTimeout and ElectionTimeout are raft's failure-detection
+	// times: raft ticks every ElectionTimeout/10, an election starts after
+	// 10 to 20 ticks without a leader, and the leader heartbeats every
+	// HeartbeatTimeout.
+	HeartbeatTimeout, ElectionTimeout time.Duration
+
+	// AuditFile, if set, receives one audit.Record per audited entry.
+	AuditFile string
+	// Clock drives leases, ticks and lock-delays. Raft keeps its own timers.
+	Clock clock.Clock
+	// Metrics receives the node's counters.
+	Metrics *metrics.Server
+	// Logger receives structured logs.
+	Logger *slog.Logger
+	// RaftLogLevel is the level of the raft library's own log (see ParseRaftLogLevel).
+	RaftLogLevel slog.Level
+}
+
+// JoinInfo is what a member tells a node it added: the cluster id and the
+// members (the new one included).
+type JoinInfo struct {
+	ClusterID uint64
+	Members   []Member
+}
+
+// Node is one fence node's share of the raft group: the raft loop, its
+// durable log and transport, the replicated fsm.State, the proposer that
+// batches commands, the lessor (the leader's lease duties) and the waiters
+// of blocked acquires. See doc.go for its goroutines and locks.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	id        uint64
+	clusterID uint64
+
+	dirLock  *os.File
+	store    *raftstore.Store
+	trans    *transport.Transport
+	group    *group
+	replica  *replica
+	proposer *proposer
+	lessor   *lessor
+	waiters  waiters
+	audit    *audit.Log  // nil unless Config.AuditFile is set
+	led      atomic.Bool // this node has led (read only by a planted bug)
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed sync.Once
+	err    error
+}
+
+// metadata is what the raft log records about its group.
+type metadata struct {
+	ClusterID uint64 `json:"cluster_id"`
+	Name      string `json:"name"`
+}
+
+// HasLog reports whether dataDir already holds this node's raft log (a
+// node that joins asks to be added only on its first start).
+func HasLog(dataDir string) bool { return raftstore.Exists(filepath.Join(dataDir, raftDir)) }
+
+// New opens (or creates) the data dir, starts the raft group and the
+// transport, and returns; the node leads or follows when raft says so (see
+// Ready and WaitReady).
+func New(cfg Config) (*Node, error) {
+	n := &Node{cfg: cfg, log: cfg.Logger, id: RaftID(cfg.Name)}
+	if err := n.open(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) open() error {
+	cfg := n.cfg
+	if cfg.AuditFile != "" {
+		var err error
+		if n.audit, err = audit.Open(cfg.AuditFile); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	var err error
+	if n.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
+		return err
+	}
+	if err := checkFormat(cfg.DataDir); err != nil {
+		return err
+	}
+	boot, err := n.openLog()
+	if err != nil {
+		return err
+	}
+
+	n.replica = &replica{state: fsm.New(), applied: n.applied, restored: n.restored, log: n.log}
+	tick := max(time.Millisecond, cfg.ElectionTimeout/10)
+	var g *group
+	c, err := newCore(coreConfig{
+		id: n.id, log: n.store, sm: n.replica,
+		electionTick: 10, heartbeatTick: max(1, int(cfg.HeartbeatTimeout/tick)),
+		snapshotThreshold: cfg.SnapshotThreshold, trailing: cfg.TrailingLogs, logger: n.log, raftLogLevel: cfg.RaftLogLevel,
+		leadership: func(leading bool) { n.leadership(leading) },
+		membersChanged: func(ms members) {
+			if g != nil {
+				g.setMembers(ms)
+			}
+		},
+	}, boot, randomUint64())
+	if err != nil {
+		return err
+	}
+	g = newGroup(c, tick)
+	n.group = g
+	g.setMembers(c.members)
+
+	lis := cfg.RaftListener
+	if lis == nil {
+		if lis, err = net.Listen("tcp", cfg.RaftAddr); err != nil {
+			return fmt.Errorf("raft listener on %s: %w", cfg.RaftAddr, err)
+		}
+	}
+	n.trans, err = transport.New(transport.Config{ClusterID: n.clusterID, LocalID: n.id, Listener: lis, Log: n.log,
+		Deliver: g.deliver,
+		Unreachable: func(id uint64) {
+			g.tryControl(func(c *core) { c.rn.ReportUnreachable(id) })
+		},
+		SnapshotDone: func(id uint64, ok bool) {
+			st := raft.SnapshotFinish
+			if !ok {
+				st = raft.SnapshotFailure
+			}
+			g.tryControl(func(c *core) { c.rn.ReportSnapshot(id, st) })
+		}})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	var trans Transport = n.trans
+	if cfg.WrapTransport != nil {
+		trans = cfg.WrapTransport(trans)
+	}
+	g.trans = trans
+	for _, m := range g.memberList() {
+		if m.ID != n.id {
+			trans.SetPeer(m.ID, m.RaftAddr)
+		}
+	}
+	if cfg.Join != nil {
+		for _, m := range cfg.Join.Members {
+			if id := RaftID(m.Name); id != n.id {
+				trans.SetPeer(id, m.RaftAddr)
+			}
+		}
+	}
+
+	n.proposer = newProposer(g, cfg.MaxBatch, cfg.Metrics)
+	n.lessor = newLessor(cfg.Clock, cfg.TickInterval, n.proposer.proposeAll, n.log)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.lessor.run(ctx) }()
+	go func() { defer n.wg.Done(); n.promoteLearners(ctx) }()
+	g.start(trans)
+	_ = g.control(ctx, func(c *core) { // a single voter waits for no one: elect it now
+		if v := c.rn.Status().Config.Voters[0]; len(v) == 1 && hasID(v, n.id) {
+			_ = c.rn.Campaign()
+		}
+	})
+	n.log.Info("raft node started", "node", cfg.Name, "raft", n.trans.Addr(), "cluster", fmt.Sprintf("%016x", n.clusterID), "data_dir", cfg.DataDir)
+	return nil
+}
+
+// openLog opens the raft log, or creates it on a first start, and returns
+// the members to bootstrap (none unless the log is new).
+func (n *Node) openLog() ([]Member, error) {
+	cfg := n.cfg
+	dir := filepath.Join(cfg.DataDir, raftDir)
+	if raftstore.Exists(dir) {
+		var err error
+		if n.store, err = raftstore.Open(dir, n.log); err != nil {
+			return nil, err
+		}
+		var md metadata
+		if err := json.Unmarshal(n.store.Metadata(), &md); err != nil {
+			return nil, fmt.Errorf("raft log %s: metadata: %w", dir, err)
+		}
+		if md.Name != cfg.Name {
+			return nil, fmt.Errorf("data dir %s belongs to node %q, not %q: a node's id never changes; start it with --node-id %s, or use another data dir", cfg.DataDir, md.Name, cfg.Name, md.Name)
+		}
+		n.clusterID = md.ClusterID
+		return nil, nil
+	}
+	var boot []Member
+	switch {
+	case cfg.Join != nil:
+		n.clusterID = cfg.Join.ClusterID
+	case len(cfg.Bootstrap) > 0:
+		boot = cfg.Bootstrap
+		n.clusterID = ClusterIDOf(boot)
+	default:
+		boot = []Member{{Name: cfg.Name, RaftAddr: cfg.RaftAddr}}
+		n.clusterID = randomUint64() | 1
+	}
+	for i := range boot {
+		boot[i].ID = RaftID(boot[i].Name)
+	}
+	md, _ := json.Marshal(metadata{ClusterID: n.clusterID, Name: cfg.Name})
+	var err error
+	if n.store, err = raftstore.Create(dir, md, n.log); err != nil {
+		return nil, err
+	}
+	n.log.Info("first start: new raft log", "node", cfg.Name, "voters", len(boot), "joining", cfg.Join != nil)
+	return boot, nil
+}
+
+// ClusterIDOf is the cluster id of a group bootstrapped with members: a hash
+// of their names and addresses, so every node of the list computes the same
+// id on its own and two groups with different lists never talk.
+func ClusterIDOf(ms []Member) uint64 {
+	list := slices.Clone(ms)
+	slices.SortFunc(list, func(a, b Member) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	var b []byte
+	for _, m := range list {
+		b = append(b, m.Name...)
+		b = append(b, 0)
+		b = append(b, m.RaftAddr...)
+		b = append(b, 0)
+	}
+	return RaftID(string(b))
+}
+
+func randomUint64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// leadership runs on the apply path when this node starts leading with the
+// whole log applied, or stops.
+func (n *Node) leadership(leading bool) {
+	if !leading {
+		n.lessor.deactivate()
+		return
+	}
+	n.replica.read(n.lessor.activate)
+	n.led.Store(true)
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.announce() }()
+}
+
+// announce records this leader's client address in the replicated state, so
+// followers can send clients here.
+func (n *Node) announce() {
+	addr := n.cfg.ClientAddr
+	var known string
+	n.replica.read(func(st *fsm.State) { known, _ = st.NodeAddr(n.cfg.Name) })
+	if known == addr || addr == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := n.proposer.propose(ctx, fsm.Command{Kind: fsm.KindSetNode, Name: n.cfg.Name, Addr: addr}); err != nil {
+		n.log.Warn("could not record this leader's address; followers cannot redirect clients until it is", "err", err)
+	}
+}
+
+// restored runs on the apply path (replica locked) after a snapshot restore.
+func (n *Node) restored() {
+	n.waiters.wakeAll()
+	if n.audit != nil {
+		if err := n.audit.Restored(); err != nil {
+			n.log.Error("audit file write failed", "err", err)
+		}
+	}
+}
+
+// applied runs on the apply path (replica locked) for every entry.
+func (n *Node) applied(index uint64, cmds []fsm.Command, results []fsm.Result) {
+	if n.audit != nil {
+		if err := n.audit.Entry(index, cmds, results); err != nil {
+			n.log.Error("audit file write failed", "index", index, "err", err)
+		}
+	}
+	n.lessor.applied(results)
+	m := n.cfg.Metrics
+	for i := range results {
+		r := &results[i]
+		switch {
+		case r.Code == fsm.LockHeld && r.Delayed:
+			m.LockDelayRefused.Inc()
+		case r.Code == fsm.Stale:
+			m.StaleWrites.Inc()
+		case r.Code == fsm.OK && cmds[i].Kind == fsm.KindExpire:
+			m.Expirations.Inc()
+		case r.Code == fsm.OK && cmds[i].Kind == fsm.KindRevoke:
+			m.Revocations.Inc()
+		}
+		for j := range r.Events {
+			e := &r.Events[j]
+			n.waiters.event(e)
+			switch e.Kind {
+			case fsm.Granted:
+				m.Grants.Inc()
+			case fsm.Released:
+				m.Releases.Inc()
+			case fsm.LeaseRenewed:
+				m.Renewals.Inc()
+			}
+		}
+	}
+}
+
+// Ready reports whether this node leads and has applied every earlier
+// entry: it accepts commands and reads.
+func (n *Node) Ready() bool {
+	return n.group != nil && n.group.status.Load().leading && n.lessor.isActive()
+}
+
+// HasLed reports whether this node has ever been the ready leader.
+func (n *Node) HasLed() bool { return n.led.Load() }
+
+// WaitReady blocks until Ready or ctx ends.
+func (n *Node) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !n.Ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node not ready: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Leader returns the leader as this node knows it: its name, raft address
+// and client address ("" for what is not known).
+func (n *Node) Leader() (name, raftAddr, clientAddr string) {
+	lead := n.group.status.Load().lead
+	if lead == raft.None {
+		return "", "", ""
+	}
+	for _, m := range n.group.memberList() {
+		if m.ID == lead {
+			name, raftAddr = m.Name, m.RaftAddr
+		}
+	}
+	if name != "" {
+		n.replica.read(func(st *fsm.State) { clientAddr, _ = st.NodeAddr(name) })
+	}
+	return name, raftAddr, clientAddr
+}
+
+// Propose commits cmd and returns its result. Errors: ErrNotLeader (not
+// written), ErrIndeterminate (may still commit), ErrInvalidCommand.
+func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	return n.proposer.propose(ctx, cmd)
+}
+
+// Read runs fn on the state once this node, confirmed leader by a quorum
+// (raft's ReadIndex), has applied every write acknowledged before the call.
+func (n *Node) Read(ctx context.Context, fn func(*fsm.State)) error {
+	if err := n.group.read(ctx); err != nil {
+		return err
+	}
+	n.replica.read(fn)
+	return nil
+}
+
+// View runs fn on this node's state as applied so far (not linearizable).
+func (n *Node) View(fn func(*fsm.State)) { n.replica.read(fn) }
+
+// Wait returns a channel that is signalled when call seq of lease may have
+// been granted name or cancelled, or when the lease ends. Call it before
+// proposing the Acquire; Leave when done.
+func (n *Node) Wait(lease fsm.LeaseID, name string, seq uint64) chan uint64 {
+	return n.waiters.register(lease, name, seq)
+}
+
+// Leave forgets a Wait channel and reports whether it was the last attempt
+// of call seq waiting for name (the one that must cancel the wait).
+func (n *Node) Leave(lease fsm.LeaseID, name string, seq uint64, ch chan uint64) bool {
+	return n.waiters.leave(lease, name, seq, ch)
+}
+
+// Deadline returns a lease's deadline on this leader's clock, if it tracks it.
+func (n *Node) Deadline(id fsm.LeaseID) (time.Time, bool) { return n.lessor.deadline(id) }
+
+// ClusterID returns the id every raft message of this group carries.
+func (n *Node) ClusterID() uint64 { return n.clusterID }
+
+// RaftAddr returns the transport's address.
+func (n *Node) RaftAddr() string {
+	if n.trans == nil {
+		return ""
+	}
+	return n.trans.Addr()
+}
+
+// Snapshot takes a snapshot of the applied state now, saves it and compacts the log.
+func (n *Node) Snapshot(ctx context.Context) error {
+	saved := make(chan error, 1)
+	if err := n.group.control(ctx, func(c *core) {
+		if c.snapshotNow(); len(c.snapshots) == 0 {
+			saved <- nil
+			return
+		}
+		c.snapshots[len(c.snapshots)-1].saved = saved
+	}); err != nil {
+		return err
+	}
+	select {
+	case err := <-saved:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the node; what committed stays in the data dir.
+func (n *Node) Close() error {
+	n.closed.Do(func() {
+		var errs []error
+		if n.cancel != nil {
+			n.cancel()
+		}
+		if n.proposer != nil {
+			n.proposer.close()
+		}
+		if n.group != nil {
+			n.group.close()
+		}
+		n.wg.Wait()
+		if n.trans != nil {
+			errs = append(errs, n.trans.Close())
+		}
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
+		}
+		if n.dirLock != nil {
+			errs = append(errs, n.dirLock.Close())
+		}
+		if n.audit != nil {
+			errs = append(errs, n.audit.Close())
+		}
+		n.err = errors.Join(errs...)
+	})
+	return n.err
+}
+
+// Gauge returns a function that reads f of the state (for metrics).
+func (n *Node) Gauge(f func(*fsm.State) int) func() float64 {
+	return func() float64 {
+		var v int
+		n.replica.read(func(st *fsm.State) { v = f(st) })
+		return float64(v)
+	}
+}
+
+var _ raftpb.ConfChangeI = (*raftpb.ConfChangeV2)(nil)
+
+func hasID(set map[uint64]struct{}, id uint64) bool {
+	_, ok := set[id]
+	return ok
+}
+
+// ProposeEntry commits cmds together, as one log entry: they apply at once,
+// with nothing between them. Each is validated first.
+func (n *Node) ProposeEntry(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
+	for i := range cmds {
+		if err := cmds[i].Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+		}
+	}
+	o := n.group.propose(ctx, fsm.EncodeBatch(nil, cmds))
+	if o.err != nil {
+		return nil, o.err
+	}
+	return o.result.([]fsm.Result), nil
+}
+
+// Waiting returns how many Acquire handlers of call seq of lease wait for
+// name on this node.
+func (n *Node) Waiting(lease fsm.LeaseID, name string, seq uint64) int {
+	return n.waiters.attempts(lease, name, seq)
+}

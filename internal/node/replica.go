@@ -1,0 +1,69 @@
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/fencehq/fence/internal/fsm"
+)
+
+// replica is the fsm.State this node applies committed entries to. The loop
+// goroutine applies, snapshots and restores; readers take mu for reading.
+type replica struct {
+	mu    sync.RWMutex
+	state *fsm.State // guarded by mu
+
+	// applied is called with mu held for writing after each entry, with the
+	// entry's index, commands and results, in log order. It must not block.
+	applied func(index uint64, cmds []fsm.Command, results []fsm.Result)
+	// restored is called with mu held for writing after a snapshot replaced the state.
+	restored func()
+	log      *slog.Logger
+}
+
+// apply decodes a batch entry and applies each command. It returns the
+// []fsm.Result in command order, or an error for an entry that does not
+// decode (every replica skips it the same way).
+func (r *replica) apply(index uint64, data []byte) any {
+	cmds, err := fsm.DecodeBatch(data)
+	if err != nil {
+		r.log.Error("skipping undecodable log entry", "index", index, "err", err)
+		return fmt.Errorf("log entry %d: %w", index, err)
+	}
+	results := make([]fsm.Result, len(cmds))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range cmds {
+		results[i] = r.state.Apply(&cmds[i])
+	}
+	r.applied(index, cmds, results)
+	return results
+}
+
+// snapshot encodes the state as applied so far.
+func (r *replica) snapshot() []byte {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.state.Marshal(nil)
+}
+
+// restore replaces the state with a snapshot's.
+func (r *replica) restore(b []byte) error {
+	s, err := fsm.Unmarshal(b)
+	if err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state = s
+	r.restored()
+	return nil
+}
+
+// read runs fn with the state locked for reading.
+func (r *replica) read(fn func(s *fsm.State)) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	fn(r.state)
+}
