@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	scfg := server.DefaultConfig()
 	scfg.DataDir, scfg.GRPCAddr, scfg.RaftAddr, scfg.MetricsAddr = filepath.Join(dir, "data"), "127.0.0.1:0", "127.0.0.1:0", ""
 	scfg.MinTTL, scfg.DefaultLockDelay, scfg.TickInterval = 200*time.Millisecond, 0, 20*time.Millisecond
-	scfg.HeartbeatTimeout, scfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	scfg.HeartbeatTimeout, scfg.ElectionTimeout = 10*time.Millisecond, 50*time.Millisecond
 	scfg.Logger, scfg.RaftLogLevel = slog.New(slog.NewTextHandler(io.Discard, nil)), "off"
 	srv, err := server.New(scfg)
 	if err != nil {
