@@ -1,0 +1,371 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/fencehq/fence/internal/transport/transportpb"
+)
+
+// acceptedKey is the response header with which a receiver accepts a Send
+// stream (after checking its first Batch).
+const acceptedKey = "fence-raft-accepted"
+
+// peer is one remote node: its connection, its send queue and the goroutine
+// (run) that drains the queue into the peer's Send stream.
+type peer struct {
+	t      *Transport
+	id     uint64
+	addr   string
+	conn   *grpc.ClientConn
+	client transportpb.RaftClient
+	log    *slog.Logger
+
+	ctx    context.Context // ends when the peer is removed or the transport closes
+	cancel context.CancelFunc
+	wake   chan struct{} // cap 1: the queue has something
+
+	mu         sync.Mutex
+	queue      [][]byte // marshaled messages, in Send order
+	queueBytes int
+	down       bool // the last stream failed and run waits to retry: drop
+	snapBusy   bool // a MsgSnap is being streamed
+
+	lastErr string         // run's last logged failure ("" while healthy)
+	wg      sync.WaitGroup // the stream watcher and the snapshot senders
+}
+
+// stop makes the peer's goroutines end; run closes the connection once all
+// have.
+func (p *peer) stop() { p.cancel() }
+
+// enqueue appends a marshaled message to the queue unless the queue is full
+// or the peer's stream has just failed; it reports whether it did.
+func (p *peer) enqueue(b []byte) bool {
+	p.mu.Lock()
+	switch {
+	case p.down:
+		p.mu.Unlock()
+		return false
+	case len(p.queue) >= maxQueueMsgs,
+		len(p.queue) > 0 && p.queueBytes+len(b) > maxQueueBytes:
+		queued := len(p.queue)
+		p.mu.Unlock()
+		p.log.Debug("message dropped: send queue full", "queued", queued)
+		return false
+	}
+	p.queue = append(p.queue, b)
+	p.queueBytes += len(b)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take empties the queue and returns what it held.
+func (p *peer) take() [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := p.queue
+	p.queue, p.queueBytes = nil, 0
+	return q
+}
+
+// run sends the queue's messages on the peer's stream, opening it when there
+// is something to send and none is open, until the peer stops.
+func (p *peer) run() {
+	defer p.t.wg.Done()
+	var s *stream
+	defer func() {
+		if s != nil {
+			s.close()
+		}
+		p.wg.Wait()
+		if err := p.conn.Close(); err != nil {
+			p.log.Debug("closing the peer connection", "err", err)
+		}
+	}()
+	bo := minBackoff
+	for {
+		var broken <-chan struct{}
+		if s != nil {
+			broken = s.broken
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-broken:
+			err := s.err
+			s = nil
+			if !p.failed(err, &bo) {
+				return
+			}
+			continue
+		case <-p.wake:
+		}
+		msgs := p.take()
+		if len(msgs) == 0 {
+			continue
+		}
+		if s == nil {
+			var err error
+			if s, err = p.open(); err != nil {
+				if !p.failed(fmt.Errorf("opening the raft stream: %w", err), &bo) {
+					return
+				}
+				continue
+			}
+			bo = minBackoff
+		}
+		if err := s.send(msgs); err != nil {
+			s = nil
+			if !p.failed(err, &bo) {
+				return
+			}
+		}
+	}
+}
+
+// failed handles the loss of the stream (or the failure to open one): it
+// drops the queue, reports the peer unreachable, logs, and waits out the
+// backoff (*bo, which it then doubles) during which Send drops messages to
+// the peer. It returns false, silently, if the peer was stopped.
+func (p *peer) failed(err error, bo *time.Duration) bool {
+	if p.ctx.Err() != nil {
+		return false
+	}
+	p.mu.Lock()
+	dropped := len(p.queue)
+	p.queue, p.queueBytes = nil, 0
+	p.down = true
+	p.mu.Unlock()
+	p.t.rep.unreachable(p.id)
+
+	wait := *bo/2 + rand.N(*bo/2+1)
+	*bo = min(*bo*2, maxBackoff)
+	if msg := err.Error(); msg != p.lastErr {
+		p.lastErr = msg
+		p.log.Warn("raft stream to peer failed; its messages are dropped until it reconnects",
+			"err", err, "dropped", dropped, "retry_in", wait)
+	} else {
+		p.log.Debug("raft stream to peer failed again", "err", err, "dropped", dropped, "retry_in", wait)
+	}
+
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-p.ctx.Done():
+		return false
+	case <-timer.C:
+	}
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+	return true
+}
+
+// open opens a Send stream to the peer and waits for the peer to accept it.
+func (p *peer) open() (*stream, error) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	cs, err := p.client.Send(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	hello := &transportpb.Batch{ClusterId: p.t.cfg.ClusterID, From: p.t.cfg.LocalID, To: p.id}
+	if err := cs.Send(hello); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = cs.RecvMsg(new(transportpb.SendResult))
+		}
+		cancel()
+		return nil, err
+	}
+	timer := time.AfterFunc(handshakeTimeout, cancel)
+	md, _ := cs.Header() // nil if the stream ended instead
+	if !timer.Stop() {
+		cancel()
+		return nil, fmt.Errorf("the peer did not accept the stream within %v", handshakeTimeout)
+	}
+	if len(md.Get(acceptedKey)) == 0 {
+		err := cs.RecvMsg(new(transportpb.SendResult))
+		cancel()
+		if err == nil || errors.Is(err, io.EOF) {
+			err = errors.New("the peer ended the stream without accepting it")
+		}
+		return nil, err
+	}
+	s := &stream{p: p, cs: cs, cancel: cancel, broken: make(chan struct{})}
+	p.wg.Add(1)
+	go s.watch()
+	if p.lastErr != "" {
+		p.log.Info("raft stream to peer restored")
+		p.lastErr = ""
+	} else {
+		p.log.Debug("raft stream to peer open")
+	}
+	return s, nil
+}
+
+// stream is an open Send stream. run sends on it; watch waits for its end.
+type stream struct {
+	p      *peer
+	cs     grpc.ClientStreamingClient[transportpb.Batch, transportpb.SendResult]
+	cancel context.CancelFunc
+	broken chan struct{} // closed by watch when the stream has ended
+	err    error         // why; set before broken is closed
+}
+
+// watch waits for the peer to end the stream (it only does so to refuse
+// something, or when it goes away), so that run learns of it even while it
+// has nothing to send.
+func (s *stream) watch() {
+	defer s.p.wg.Done()
+	err := s.cs.RecvMsg(new(transportpb.SendResult))
+	if err == nil || errors.Is(err, io.EOF) {
+		err = errors.New("the peer ended the stream")
+	}
+	s.err = err
+	close(s.broken)
+	s.cancel()
+}
+
+// send packs msgs into Batches of at most maxBatchBytes (a larger message
+// alone) and sends them. On error the stream is closed and the error is the
+// best account of why.
+func (s *stream) send(msgs [][]byte) error {
+	cfg := &s.p.t.cfg
+	for len(msgs) > 0 {
+		n := batchLen(msgs)
+		b := &transportpb.Batch{ClusterId: cfg.ClusterID, From: cfg.LocalID, To: s.p.id, Messages: msgs[:n]}
+		if err := s.cs.Send(b); err != nil {
+			s.close()
+			if errors.Is(err, io.EOF) { // the peer ended the stream; watch has its status
+				err = s.err
+			}
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+// batchLen is how many of msgs, from the first, go in the next Batch: as
+// many as fit in maxBatchBytes, and at least one.
+func batchLen(msgs [][]byte) int {
+	n, size := 0, 0
+	for n < len(msgs) && (n == 0 || size+len(msgs[n])+8 <= maxBatchBytes) {
+		size += len(msgs[n]) + 8 // with the field's tag and length
+		n++
+	}
+	return n
+}
+
+// close ends the stream and waits for watch.
+func (s *stream) close() {
+	s.cancel()
+	<-s.broken
+}
+
+// sendSnapshot starts streaming a MsgSnap, unless one to this peer is under
+// way (then it is dropped and reported failed).
+func (p *peer) sendSnapshot(m *raftpb.Message) {
+	p.mu.Lock()
+	if p.snapBusy {
+		p.mu.Unlock()
+		p.log.Warn("snapshot dropped: another one to this peer is under way",
+			"index", m.GetSnapshot().GetMetadata().GetIndex())
+		p.t.rep.snapshotDone(p.id, false)
+		return
+	}
+	p.snapBusy = true
+	p.mu.Unlock()
+	p.wg.Add(1) // before stop (Send holds t.mu), so before run's Wait
+	go p.runSnapshot(m)
+}
+
+// runSnapshot streams m and reports the outcome.
+func (p *peer) runSnapshot(m *raftpb.Message) {
+	defer p.wg.Done()
+	meta := m.GetSnapshot().GetMetadata()
+	size := len(m.GetSnapshot().GetData())
+	start := time.Now()
+	err := p.streamSnapshot(m)
+	p.mu.Lock()
+	p.snapBusy = false
+	p.mu.Unlock()
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.log.Warn("sending a snapshot failed", "index", meta.GetIndex(), "term", meta.GetTerm(), "bytes", size, "err", err)
+		}
+		p.t.rep.unreachable(p.id)
+		p.t.rep.snapshotDone(p.id, false)
+		return
+	}
+	p.log.Info("snapshot sent", "index", meta.GetIndex(), "term", meta.GetTerm(), "bytes", size, "took", time.Since(start))
+	p.t.rep.snapshotDone(p.id, true)
+}
+
+// streamSnapshot sends m on a Snapshot stream: the message without its data,
+// then the data in chunks; it returns nil once the peer has taken it.
+func (p *peer) streamSnapshot(m *raftpb.Message) error {
+	hb, err := proto.Marshal(withoutSnapshotData(m))
+	if err != nil {
+		return fmt.Errorf("marshaling the snapshot message: %w", err)
+	}
+	data := m.GetSnapshot().GetData()
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	cs, err := p.client.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := &p.t.cfg
+	chunk := &transportpb.SnapshotChunk{
+		ClusterId: cfg.ClusterID, From: cfg.LocalID, To: p.id,
+		Message: hb, DataSize: uint64(len(data)),
+	}
+	for {
+		if err := cs.Send(chunk); err != nil {
+			if errors.Is(err, io.EOF) { // the peer ended the stream: its status says why
+				_, err = cs.CloseAndRecv()
+			}
+			return err
+		}
+		if len(data) == 0 {
+			break
+		}
+		n := min(len(data), snapChunkBytes)
+		chunk = &transportpb.SnapshotChunk{Data: data[:n]}
+		data = data[n:]
+	}
+	_, err = cs.CloseAndRecv()
+	return err
+}
+
+// withoutSnapshotData is a shallow copy of m whose snapshot has its metadata
+// but no data (copying the data would double a large snapshot in memory).
+func withoutSnapshotData(m *raftpb.Message) *raftpb.Message {
+	h := new(raftpb.Message)
+	hr := h.ProtoReflect()
+	m.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		hr.Set(fd, v)
+		return true
+	})
+	if s := m.GetSnapshot(); s != nil {
+		h.Snapshot = &raftpb.Snapshot{Metadata: s.GetMetadata()}
+	}
+	return h
+}

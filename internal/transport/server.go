@@ -1,0 +1,257 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/internal/transport/transportpb"
+)
+
+const (
+	// snapPrealloc bounds what a receiver allocates up front for snapshot
+	// data on the word of the first chunk; beyond it the buffer grows as data
+	// arrives.
+	snapPrealloc = 8 << 20
+
+	// refusalLogEvery spaces out identical refusal logs (a misconfigured
+	// peer retries every few seconds).
+	refusalLogEvery = 30 * time.Second
+)
+
+// receiver is the server side: it checks what arrives and hands the messages
+// to Deliver.
+type receiver struct {
+	transportpb.UnimplementedRaftServer
+	clusterID uint64
+	localID   uint64
+	deliver   func(*raftpb.Message)
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	refusals map[string]time.Time // when each refusal text was last logged
+}
+
+// Send receives one peer's stream of Batches.
+func (r *receiver) Send(stream grpc.ClientStreamingServer[transportpb.Batch, transportpb.SendResult]) error {
+	ctx := stream.Context()
+	accepted := false
+	var from uint64
+	for {
+		b, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&transportpb.SendResult{})
+		}
+		if err != nil {
+			if status.Code(err) != codes.Canceled {
+				r.log.Debug("raft stream from peer ended", "from", from, "remote", remoteAddr(ctx), "err", err)
+			}
+			return err
+		}
+		var msgs []*raftpb.Message
+		if accepted && b.GetFrom() != from {
+			err = status.Errorf(codes.InvalidArgument, "a stream from node %d carried a batch from node %d", from, b.GetFrom())
+		} else {
+			msgs, err = r.decodeBatch(b)
+		}
+		if err != nil {
+			r.refuse(ctx, "raft stream", err)
+			return err
+		}
+		if !accepted {
+			if err := stream.SendHeader(metadata.Pairs(acceptedKey, "1")); err != nil {
+				return err
+			}
+			accepted, from = true, b.GetFrom()
+			r.log.Debug("raft stream from peer accepted", "from", from, "remote", remoteAddr(ctx))
+		}
+		for _, m := range msgs {
+			r.deliver(m)
+		}
+	}
+}
+
+// Snapshot receives one MsgSnap with its data.
+func (r *receiver) Snapshot(stream grpc.ClientStreamingServer[transportpb.SnapshotChunk, transportpb.SnapshotResult]) error {
+	ctx := stream.Context()
+	start := time.Now()
+	m, err := r.receiveSnapshot(stream.Recv)
+	if err != nil {
+		if s, ok := status.FromError(err); ok && (s.Code() == codes.InvalidArgument || s.Code() == codes.FailedPrecondition) {
+			r.refuse(ctx, "snapshot", err)
+		} else {
+			r.log.Debug("snapshot stream from peer broke", "remote", remoteAddr(ctx), "err", err)
+		}
+		return err
+	}
+	meta := m.GetSnapshot().GetMetadata()
+	r.log.Info("snapshot received", "from", m.GetFrom(), "index", meta.GetIndex(), "term", meta.GetTerm(),
+		"bytes", len(m.GetSnapshot().GetData()), "took", time.Since(start))
+	r.deliver(m)
+	return stream.SendAndClose(&transportpb.SnapshotResult{})
+}
+
+// checkHeader checks the ids that every Batch and every first SnapshotChunk
+// carries.
+func (r *receiver) checkHeader(clusterID, from, to uint64) error {
+	switch {
+	case clusterID != r.clusterID:
+		return status.Errorf(codes.FailedPrecondition,
+			"cluster id mismatch: node %d sent cluster id %d, but node %d is in cluster id %d",
+			from, clusterID, r.localID, r.clusterID)
+	case from == 0:
+		return status.Error(codes.InvalidArgument, "no sender node id")
+	case from == r.localID:
+		return status.Errorf(codes.FailedPrecondition,
+			"node id conflict: a node with id %d sent to node %d, which has that id too", from, r.localID)
+	case to != r.localID:
+		return status.Errorf(codes.FailedPrecondition,
+			"wrong node: node %d sent messages for node %d to this address, which is node %d (check node %d's address for node %d)",
+			from, to, r.localID, from, to)
+	}
+	return nil
+}
+
+// decodeBatch checks a Batch and unmarshals its messages. Its errors are
+// gRPC statuses: FailedPrecondition for a batch meant for another cluster or
+// node, InvalidArgument for anything malformed.
+func (r *receiver) decodeBatch(b *transportpb.Batch) ([]*raftpb.Message, error) {
+	if err := r.checkHeader(b.GetClusterId(), b.GetFrom(), b.GetTo()); err != nil {
+		return nil, err
+	}
+	raw := b.GetMessages()
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	msgs := make([]*raftpb.Message, len(raw))
+	for i, data := range raw {
+		m := new(raftpb.Message)
+		if err := proto.Unmarshal(data, m); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "message %d of a batch from node %d does not decode: %v", i, b.GetFrom(), err)
+		}
+		if err := r.checkMessage(m, b.GetFrom()); err != nil {
+			return nil, err
+		}
+		msgs[i] = m
+	}
+	return msgs, nil
+}
+
+// checkMessage checks a decoded message against its stream's sender.
+func (r *receiver) checkMessage(m *raftpb.Message, from uint64) error {
+	t := m.GetType()
+	if _, known := raftpb.MessageType_name[int32(t)]; !known || raft.IsLocalMsg(t) {
+		return status.Errorf(codes.InvalidArgument, "node %d sent a message of type %v, which never crosses the network", from, t)
+	}
+	if m.GetFrom() != from || m.GetTo() != r.localID {
+		return status.Errorf(codes.InvalidArgument, "node %d sent a %v from node %d to node %d on its stream to node %d",
+			from, t, m.GetFrom(), m.GetTo(), r.localID)
+	}
+	return nil
+}
+
+// receiveSnapshot reads one snapshot stream's chunks through recv and
+// reassembles the MsgSnap message. Its errors are gRPC statuses.
+func (r *receiver) receiveSnapshot(recv func() (*transportpb.SnapshotChunk, error)) (*raftpb.Message, error) {
+	c, err := recv()
+	if errors.Is(err, io.EOF) {
+		return nil, status.Error(codes.InvalidArgument, "the snapshot stream ended before its first chunk")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.checkHeader(c.GetClusterId(), c.GetFrom(), c.GetTo()); err != nil {
+		return nil, err
+	}
+	from := c.GetFrom()
+	if len(c.GetData()) != 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "the first snapshot chunk from node %d carries data", from)
+	}
+	m := new(raftpb.Message)
+	if err := proto.Unmarshal(c.GetMessage(), m); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "the snapshot message from node %d does not decode: %v", from, err)
+	}
+	if m.GetType() != raftpb.MsgSnap {
+		return nil, status.Errorf(codes.InvalidArgument, "node %d sent a %v on a snapshot stream", from, m.GetType())
+	}
+	if err := r.checkMessage(m, from); err != nil {
+		return nil, err
+	}
+	size := c.GetDataSize()
+	switch {
+	case m.Snapshot == nil && size > 0:
+		return nil, status.Errorf(codes.InvalidArgument, "the snapshot message from node %d has no snapshot but announces %d bytes of data", from, size)
+	case len(m.GetSnapshot().GetData()) != 0:
+		return nil, status.Errorf(codes.InvalidArgument, "the snapshot message from node %d carries its data in the first chunk", from)
+	}
+	data := make([]byte, 0, min(size, snapPrealloc))
+	for {
+		c, err := recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if c.GetClusterId() != 0 || c.GetFrom() != 0 || c.GetTo() != 0 || len(c.GetMessage()) != 0 || c.GetDataSize() != 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "a snapshot chunk from node %d after the first repeats its header", from)
+		}
+		d := c.GetData()
+		if len(d) > snapChunkBytes {
+			return nil, status.Errorf(codes.InvalidArgument, "a snapshot chunk from node %d carries %d bytes, over the %d allowed", from, len(d), snapChunkBytes)
+		}
+		if uint64(len(d)) > size-uint64(len(data)) {
+			return nil, status.Errorf(codes.InvalidArgument, "node %d sent more snapshot data than the %d bytes it announced", from, size)
+		}
+		data = append(data, d...)
+	}
+	if uint64(len(data)) != size {
+		return nil, status.Errorf(codes.InvalidArgument, "the snapshot stream from node %d ended after %d of the %d bytes it announced", from, len(data), size)
+	}
+	if size > 0 {
+		m.Snapshot.Data = data
+	}
+	return m, nil
+}
+
+// refuse logs a refused stream, at most once per refusalLogEvery for the
+// same refusal.
+func (r *receiver) refuse(ctx context.Context, what string, err error) {
+	msg := err.Error()
+	now := time.Now()
+	r.mu.Lock()
+	if r.refusals == nil || len(r.refusals) > 1000 {
+		r.refusals = make(map[string]time.Time)
+	}
+	last, seen := r.refusals[msg]
+	logIt := !seen || now.Sub(last) >= refusalLogEvery
+	if logIt {
+		r.refusals[msg] = now
+	}
+	r.mu.Unlock()
+	if logIt {
+		r.log.Warn("refused a "+what+" from a peer", "remote", remoteAddr(ctx), "err", err)
+	} else {
+		r.log.Debug("refused a "+what+" from a peer again", "remote", remoteAddr(ctx), "err", err)
+	}
+}
+
+// remoteAddr is the address a stream came from, for logs.
+func remoteAddr(ctx context.Context) string {
+	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}

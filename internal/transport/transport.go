@@ -1,0 +1,428 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/internal/transport/transportpb"
+)
+
+// Limits of the transport.
+const (
+	// maxQueueMsgs and maxQueueBytes bound one peer's send queue. A message
+	// that would pass either bound is dropped (the queue always takes one
+	// message when it is empty, whatever its size).
+	maxQueueMsgs  = 4096
+	maxQueueBytes = 64 << 20
+
+	// maxBatchBytes bounds the messages packed into one Batch; a single larger
+	// message travels alone.
+	maxBatchBytes = 4 << 20
+
+	// maxGRPCMsgBytes is the largest gRPC message the transport sends and
+	// accepts. A raft message must leave room for the Batch around it.
+	maxGRPCMsgBytes = 64 << 20
+	maxMsgBytes     = maxGRPCMsgBytes - 1024
+
+	// snapChunkBytes is the most snapshot data one SnapshotChunk carries.
+	snapChunkBytes = 1 << 20
+
+	// handshakeTimeout bounds the wait for a receiver to accept a new stream.
+	handshakeTimeout = 10 * time.Second
+
+	// keepaliveTime and keepaliveTimeout find a dead connection (a peer whose
+	// machine vanished) instead of waiting for TCP to give up.
+	keepaliveTime    = 10 * time.Second
+	keepaliveTimeout = 10 * time.Second
+)
+
+// The reconnect backoff: minBackoff doubling up to maxBackoff, each wait
+// jittered to between half and all of it.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// Config configures a Transport. ClusterID, LocalID, Listener and Deliver are
+// required.
+type Config struct {
+	// ClusterID names the cluster. Every stream carries it, and a stream with
+	// another cluster id is refused: it ends with FailedPrecondition and a
+	// message naming both ids, logged on both sides. 0 is invalid.
+	ClusterID uint64
+	// LocalID is this node's raft id. A stream addressed to another id is
+	// refused the same way. 0 is invalid.
+	LocalID uint64
+	// Listener is the raft port, opened by the caller. The Transport serves
+	// on it and closes it in Close.
+	Listener net.Listener
+	// Deliver is called for each received message, in the order its sender
+	// sent them (per sender; a reconnect or a snapshot, which has a stream of
+	// its own, can reorder across streams, which raft tolerates). It is
+	// called from several goroutines at once (one per sending peer and per
+	// snapshot) and must not block for long: the node queues the message.
+	// The message is the callee's.
+	Deliver func(m *raftpb.Message)
+	// Unreachable, if set, is called when messages to a peer were dropped or
+	// may have been lost (a full queue, an unknown peer, a broken stream);
+	// the node calls RawNode.ReportUnreachable, and raft retries. Calls are
+	// made from a goroutine of the transport, never from Send, and a burst of
+	// drops to one peer may be reported once.
+	Unreachable func(id uint64)
+	// SnapshotDone, if set, is called once for every MsgSnap given to Send:
+	// ok when the peer took the whole message, false when it was dropped or
+	// its stream failed (the node calls RawNode.ReportSnapshot). Called from
+	// a goroutine of the transport, never from Send.
+	SnapshotDone func(id uint64, ok bool)
+	// Log receives the transport's log; nil means slog.Default().
+	Log *slog.Logger
+	// ServerOptions are added to the gRPC server's options, after the
+	// transport's defaults (message size, keepalive), so they can override
+	// them. This is the seam for TLS: grpc.Creds(...).
+	ServerOptions []grpc.ServerOption
+	// DialOptions are added to every peer connection's options, after the
+	// transport's defaults, so they can override them. The default transport
+	// credentials are insecure (plaintext), fit for loopback and trusted
+	// networks only; TLS comes in as grpc.WithTransportCredentials(...).
+	DialOptions []grpc.DialOption
+}
+
+// Transport carries raft messages between this node and its peers over gRPC
+// streams. Its methods are safe for concurrent use.
+type Transport struct {
+	cfg  Config
+	log  *slog.Logger
+	srv  *grpc.Server
+	rep  *reporter
+	recv *receiver
+
+	mu     sync.RWMutex
+	closed bool
+	peers  map[uint64]*peer
+
+	wg sync.WaitGroup // Serve and every peer's sender
+}
+
+// New checks cfg, then starts serving the raft protocol on cfg.Listener. It
+// dials no peer: each peer's stream is opened when the first message to it is
+// sent.
+func New(cfg Config) (*Transport, error) {
+	switch {
+	case cfg.ClusterID == 0:
+		return nil, errors.New("transport: ClusterID is 0")
+	case cfg.LocalID == 0:
+		return nil, errors.New("transport: LocalID is 0")
+	case cfg.Listener == nil:
+		return nil, errors.New("transport: no Listener")
+	case cfg.Deliver == nil:
+		return nil, errors.New("transport: no Deliver function")
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "transport", "local_id", cfg.LocalID)
+	t := &Transport{
+		cfg:   cfg,
+		log:   log,
+		rep:   newReporter(cfg.Unreachable, cfg.SnapshotDone),
+		peers: make(map[uint64]*peer),
+	}
+	t.recv = &receiver{clusterID: cfg.ClusterID, localID: cfg.LocalID, deliver: cfg.Deliver, log: log}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxGRPCMsgBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+	}
+	opts = append(opts, cfg.ServerOptions...)
+	// Last, so that Close can promise that no Deliver runs after it.
+	opts = append(opts, grpc.WaitForHandlers(true))
+	t.srv = grpc.NewServer(opts...)
+	transportpb.RegisterRaftServer(t.srv, t.recv)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		if err := t.srv.Serve(cfg.Listener); err != nil {
+			t.log.Error("raft port stopped serving", "addr", cfg.Listener.Addr().String(), "err", err)
+		}
+	}()
+	return t, nil
+}
+
+// Addr is the address the transport serves on (its Listener's).
+func (t *Transport) Addr() string { return t.cfg.Listener.Addr().String() }
+
+// SetPeer adds peer id at raft address addr, or moves it there. Moving a
+// peer drops what was queued for it and ends its streams (an unfinished
+// snapshot reports SnapshotDone(id, false)). Setting a peer to the address it
+// has changes nothing. The local id and 0 are ignored.
+func (t *Transport) SetPeer(id uint64, addr string) {
+	if id == 0 || id == t.cfg.LocalID {
+		t.log.Warn("SetPeer ignored: not a peer id", "peer", id, "addr", addr)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	old := t.peers[id]
+	if old != nil && old.addr == addr {
+		return
+	}
+	if old != nil {
+		delete(t.peers, id)
+		old.stop()
+	}
+	p, err := t.newPeer(id, addr)
+	if err != nil {
+		t.log.Error("peer not added: bad address", "peer", id, "addr", addr, "err", err)
+		return
+	}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go p.run()
+	t.log.Debug("peer set", "peer", id, "addr", addr)
+}
+
+// RemovePeer forgets peer id: what was queued for it is dropped and its
+// streams end (an unfinished snapshot reports SnapshotDone(id, false)).
+// Messages to it are then dropped as to any unknown peer.
+func (t *Transport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; p != nil {
+		delete(t.peers, id)
+		p.stop()
+		t.log.Debug("peer removed", "peer", id)
+	}
+}
+
+// Send hands messages to their peers' queues and returns at once: it never
+// waits for the network. It keeps no message but a MsgSnap (whose snapshot
+// data it reads while streaming it, so the caller must not change it), and
+// so the caller may reuse the others. A message that cannot be queued is
+// dropped and reported through Unreachable: a message to an unknown peer, to
+// a peer whose queue is full or whose stream failed moments ago (it is
+// waiting to reconnect), or one too large for the wire. A MsgSnap goes on a
+// stream of its own, one at a time per peer, and always ends in a
+// SnapshotDone call; a MsgSnap while another to the same peer is unfinished
+// is dropped (SnapshotDone false). After Close, Send drops everything
+// silently.
+func (t *Transport) Send(msgs []*raftpb.Message) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return
+	}
+	for _, m := range msgs {
+		if m == nil {
+			continue
+		}
+		to := m.GetTo()
+		p := t.peers[to]
+		if p == nil {
+			t.log.Debug("message to unknown peer dropped", "peer", to, "type", m.GetType().String())
+			t.rep.unreachable(to)
+			if m.GetType() == raftpb.MsgSnap {
+				t.rep.snapshotDone(to, false)
+			}
+			continue
+		}
+		if m.GetType() == raftpb.MsgSnap {
+			p.sendSnapshot(m)
+			continue
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.log.Error("message dropped: cannot marshal it", "peer", to, "type", m.GetType().String(), "err", err)
+			t.rep.unreachable(to)
+			continue
+		}
+		if len(b) > maxMsgBytes {
+			t.log.Error("message dropped: larger than the transport's limit", "peer", to,
+				"type", m.GetType().String(), "bytes", len(b), "limit", maxMsgBytes)
+			t.rep.unreachable(to)
+			continue
+		}
+		if !p.enqueue(b) {
+			t.rep.unreachable(to)
+		}
+	}
+}
+
+// Close stops the transport: it ends every stream, stops the server (closing
+// the Listener) and waits for all of the transport's goroutines, including
+// Deliver calls under way; so a Deliver that blocks makes Close wait. No
+// callback is called after Close returns. Close is idempotent.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	peers := t.peers
+	t.peers = nil
+	t.mu.Unlock()
+
+	for _, p := range peers {
+		p.stop()
+	}
+	t.srv.Stop() // closes the listener and the connections; waits for handlers
+	t.wg.Wait()
+	t.rep.stop()
+	return nil
+}
+
+// newPeer makes peer id's connection (which dials nothing until a stream
+// needs it).
+func (t *Transport) newPeer(id uint64, addr string) (*peer, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  minBackoff,
+				Multiplier: 2,
+				Jitter:     0.2,
+				MaxDelay:   maxBackoff,
+			},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxGRPCMsgBytes)),
+	}
+	opts = append(opts, t.cfg.DialOptions...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &peer{
+		t:      t,
+		id:     id,
+		addr:   addr,
+		conn:   conn,
+		client: transportpb.NewRaftClient(conn),
+		log:    t.log.With("peer", id, "addr", addr),
+		ctx:    ctx,
+		cancel: cancel,
+		wake:   make(chan struct{}, 1),
+	}, nil
+}
+
+// reporter calls Unreachable and SnapshotDone from a goroutine of its own,
+// so that neither is ever called from Send (the node's raft loop), and so
+// that a slow callback never holds up a sender.
+type reporter struct {
+	onUnreachable  func(uint64)
+	onSnapshotDone func(uint64, bool)
+
+	mu      sync.Mutex
+	ids     map[uint64]struct{} // pending Unreachable calls (coalesced)
+	snaps   []snapResult        // pending SnapshotDone calls, in order
+	stopped bool
+
+	wake chan struct{}
+	quit chan struct{}
+	done chan struct{}
+}
+
+type snapResult struct {
+	id uint64
+	ok bool
+}
+
+func newReporter(unreachable func(uint64), snapshotDone func(uint64, bool)) *reporter {
+	r := &reporter{
+		onUnreachable:  unreachable,
+		onSnapshotDone: snapshotDone,
+		ids:            make(map[uint64]struct{}),
+		wake:           make(chan struct{}, 1),
+		quit:           make(chan struct{}),
+		done:           make(chan struct{}),
+	}
+	go r.run()
+	return r
+}
+
+func (r *reporter) unreachable(id uint64) {
+	if r.onUnreachable == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.ids[id] = struct{}{}
+	r.mu.Unlock()
+	r.signal()
+}
+
+func (r *reporter) snapshotDone(id uint64, ok bool) {
+	if r.onSnapshotDone == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.snaps = append(r.snaps, snapResult{id, ok})
+	r.mu.Unlock()
+	r.signal()
+}
+
+func (r *reporter) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *reporter) run() {
+	defer close(r.done)
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-r.wake:
+		}
+		r.mu.Lock()
+		var ids map[uint64]struct{}
+		if len(r.ids) > 0 {
+			ids, r.ids = r.ids, make(map[uint64]struct{})
+		}
+		snaps := r.snaps
+		r.snaps = nil
+		r.mu.Unlock()
+		for id := range ids {
+			r.onUnreachable(id)
+		}
+		for _, s := range snaps {
+			r.onSnapshotDone(s.id, s.ok)
+		}
+	}
+}
+
+// stop ends the reporter, dropping what it has not reported yet, and waits
+// for a callback under way.
+func (r *reporter) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	close(r.quit)
+	<-r.done
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Regenerates transport.pb.go and transport_grpc.pb.go from transport.proto
+# with pinned tools (the same as api/generate.sh):
+#   protoc 3.21.12 (Debian bookworm package protobuf-compiler),
+#   protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1.
+# Usage: internal/transport/transportpb/generate.sh   (installs the Go plugins into a temporary GOBIN)
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! command -v protoc >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler
+fi
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+GOBIN=$bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+GOBIN=$bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+PATH=$bin:$PATH protoc -I . -I /usr/include \
+  --go_out=. --go_opt=paths=source_relative \
+  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+  transport.proto
