@@ -38,15 +38,15 @@ bench:          ## micro-benchmarks, 3 runs each
 # then "times out"). -failfast: a killed mutant stops at its first failing test.
 GREMLINS = go run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0 unleash --workers 1 --timeout-coefficient 5
 MUTANT_ENV = FENCE_REQUIRE_DB=1 GOFLAGS="-count=1 -failfast"
-# internal/server: only the lessor (the rest is covered by slower tests elsewhere).
-SERVER_NOT_LESSOR = '(admin|audit|config|logstore|members|proposer|raftlog|replica|server|service|validate|waiters)\.go$$'
+# internal/node: only the lessor (the rest is covered by slower tests elsewhere).
+NODE_NOT_LESSOR = '(core|datadir|group|members|membership|node|proposer|raftlog|replica|waiters)\.go$$'
 
 mutants:        ## gremlins over the safety core and fencing, one package at a time (about 1 h on 2 cores, plus fencing)
 	$(MUTANT_ENV) $(GREMLINS) ./internal/fsm
 	$(MUTANT_ENV) $(GREMLINS) ./client
-	$(MUTANT_ENV) $(GREMLINS) ./internal/server -E $(SERVER_NOT_LESSOR)
+	$(MUTANT_ENV) $(GREMLINS) ./internal/node -E $(NODE_NOT_LESSOR)
 	$(MUTANT_ENV) $(GREMLINS) ./fencing
 
 mutants-ci:     ## the CI slice (2-3 min): the lessor's deadline/slack/tick math against its unit tests, every mutant killed
 	FENCE_REQUIRE_DB=1 GOFLAGS="-count=1 -failfast -run=^Test(Takeover|Due|Suspended|SlowDuties|Lessor)" \
-	  $(GREMLINS) ./internal/server -E $(SERVER_NOT_LESSOR) --threshold-efficacy 100
+	  $(GREMLINS) ./internal/node -E $(NODE_NOT_LESSOR) --threshold-efficacy 100

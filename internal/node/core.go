@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/planted"
 )
 
@@ -114,6 +115,7 @@ type core struct {
 	state   raft.StateType
 	term    uint64
 	leading bool // leader, and its own term's first entry is applied
+	hasLed  bool // has been leading (read only by a planted bug)
 
 	nextID    uint64              // last proposal or read id used
 	proposals map[uint64]*request // by proposal id, until applied or given up
@@ -201,6 +203,9 @@ func (c *core) step(m *raftpb.Message) {
 
 // propose appends req to the leader's log, or refuses it at once.
 func (c *core) propose(req *request) {
+	if planted.DeposedRenewal && c.hasLed && c.state != raft.StateLeader && c.renewFromMemory(req) {
+		return
+	}
 	if c.state != raft.StateLeader {
 		req.finish(outcome{err: ErrNotLeader})
 		return
@@ -432,7 +437,7 @@ func (c *core) applyNormal(e *raftpb.Entry) {
 	data := e.GetData()
 	if len(data) == 0 { // a new leader's first entry: everything before it is applied now
 		if c.state == raft.StateLeader && e.GetTerm() == c.term && !c.leading {
-			c.leading = true
+			c.leading, c.hasLed = true, true
 			c.cfg.leadership(true)
 		}
 		return
@@ -482,6 +487,36 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
 		delete(c.proposals, mc.Proposal)
 		req.finish(outcome{index: e.GetIndex()})
 	}
+}
+
+// renewFromMemory answers a batch of renewals from this node's state,
+// without raft, as if they had committed: only the planted bug
+// DeposedRenewal calls it (a node that led once goes on renewing after it
+// lost leadership).
+func (c *core) renewFromMemory(req *request) bool {
+	r, ok := c.cfg.sm.(*replica)
+	if !ok || req.cc != nil {
+		return false
+	}
+	cmds, err := fsm.DecodeBatch(req.data)
+	if err != nil || slices.ContainsFunc(cmds, func(cmd fsm.Command) bool { return cmd.Kind != fsm.KindRenew }) {
+		return false
+	}
+	results := make([]fsm.Result, len(cmds))
+	r.read(func(st *fsm.State) {
+		for i, cmd := range cmds {
+			results[i].Code = fsm.LeaseNotFound
+			if l, ok := st.Lease(cmd.Lease); ok {
+				results[i] = fsm.Result{Code: fsm.OK, TTL: l.TTL}
+				for _, name := range l.Holds { // as a real answer would, so the holder keeps trusting it
+					k, _ := st.Lock(name)
+					results[i].Held = append(results[i].Held, k.Token)
+				}
+			}
+		}
+	})
+	req.finish(outcome{result: results})
+	return true
 }
 
 // restore replaces the state machine and member list with a snapshot's.

@@ -325,9 +325,20 @@ func (s *sim) run() {
 			break
 		}
 		s.now = e.at
-		e.fn()
+		s.step(e.fn)
 	}
 	s.check.final()
+}
+
+// step runs one event; a panic (raft's own invariant checks, say) is a
+// violation like any other.
+func (s *sim) step(fn func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.check.fail("panic: %v", r)
+		}
+	}()
+	fn()
 }
 
 // fault injects one fault and schedules the next.

@@ -90,6 +90,10 @@ func kinds(cmds []fsm.Command) []string {
 
 // acked records that node told a client that cmd committed at index.
 func (k *simChecker) acked(n *simNode, index uint64, cmd fsm.Command, _ fsm.Result) {
+	if index == 0 {
+		k.fail("%s acknowledged %v without committing it (no log index: answered from memory)", n.name, cmd.Kind)
+		return
+	}
 	a := ackRecord{node: n.name, index: index, data: string(fsm.EncodeBatch(nil, []fsm.Command{cmd}))}
 	k.acks = append(k.acks, a)
 	if rec, ok := k.canon[index]; ok && rec.data != a.data {

@@ -83,7 +83,9 @@ func (c *simClient) next() {
 	case r < 75 && len(c.held) > 0:
 		name := c.someHeld()
 		op.cmd = fsm.Command{Kind: fsm.KindPut, RequestID: c.rid(), Name: "k" + name, Value: []byte(fmt.Sprintf("c%d@%d", c.i, s.now)), Token: c.held[name]}
-	case r < 88:
+	case r < 80:
+		op.cmd = fsm.Command{Kind: fsm.KindRenew, Lease: c.lease}
+	case r < 90:
 		op.read = &simRead{lock: simLocks[s.rng.IntN(len(simLocks))]}
 	default:
 		op.read = &simRead{key: "k" + simLocks[s.rng.IntN(len(simLocks))]}

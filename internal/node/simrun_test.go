@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/cryptotest"
 	"time"
+
+	"github.com/fencehq/fence/internal/planted"
 )
 
 // TestSimulation runs the deterministic simulation over many seeds, on 3 and
@@ -14,6 +16,9 @@ import (
 // first; a failure prints the seed and the events before it, and the same
 // seed replays the same run.
 func TestSimulation(t *testing.T) {
+	if planted.Any {
+		t.Skip("a planted bug is compiled in: TestSimulationFindsThePlantedBug runs instead")
+	}
 	seeds := envUint(t, "FENCE_SIM_SEEDS", 16)
 	first := envUint(t, "FENCE_SIM_SEED", 1)
 	for i := range seeds {
@@ -27,6 +32,38 @@ func TestSimulation(t *testing.T) {
 			}
 			t.Logf("%d entries applied, %d acknowledged, %d client calls", len(s.check.canon), len(s.check.acks), len(s.check.history))
 		})
+	}
+}
+
+// TestSimulationFindsThePlantedBug runs, in a build with a planted bug
+// (a fence_bug_* tag), seeds until the simulation reports a violation, and
+// fails if none does within FENCE_SIM_SEEDS (default 32). With
+// FENCE_SIM_COUNT=1 it runs every seed and reports how many found it.
+func TestSimulationFindsThePlantedBug(t *testing.T) {
+	if !planted.Any {
+		t.Skip("no planted bug compiled in (build with a fence_bug_* tag)")
+	}
+	seeds := envUint(t, "FENCE_SIM_SEEDS", 32)
+	first := envUint(t, "FENCE_SIM_SEED", 1)
+	count := os.Getenv("FENCE_SIM_COUNT") == "1"
+	found := 0
+	for i := range seeds {
+		seed := first + i
+		s := runSim(t, simConfig{seed: seed, nodes: 3 + 2*int(seed%2), duration: 20 * time.Second, clients: 4})
+		if !s.check.failed() {
+			continue
+		}
+		found++
+		if !count {
+			t.Logf("found by seed %d (the %d. tried), at %.1fs simulated: %v", seed, i+1, s.now.Seconds(), s.check.errs[0])
+			return
+		}
+	}
+	if count {
+		t.Logf("%d of %d seeds found the planted bug", found, seeds)
+	}
+	if found == 0 {
+		t.Fatalf("no violation in %d seeds: the simulation misses the planted bug", seeds)
 	}
 }
 

@@ -201,13 +201,7 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 			}
 			continue
 		}
-		if planted.DeposedRenewal && v.s.node.HasLed() && !v.s.Ready() {
-			if err := stream.Send(v.renewFromMemory(id, req.GetSeq())); err != nil { // planted bug: a deposed leader answers
-				return err
-			}
-			continue
-		}
-		if err := v.leading(); err != nil {
+		if err := v.leading(); err != nil && !(planted.DeposedRenewal && v.s.node.HasLed()) { // planted: a deposed leader goes on (the node answers from memory)
 			return err
 		}
 		if err := enqueue(renewal{lease: id, seq: req.GetSeq()}); err != nil {
@@ -272,22 +266,6 @@ func (v *service) renewAll(ctx context.Context, round []renewal) (map[fsm.LeaseI
 		byLease[id] = results[i]
 	}
 	return byLease, nil
-}
-
-// renewFromMemory answers a renewal from this node's state without raft:
-// only the planted bug DeposedRenewal calls it.
-func (v *service) renewFromMemory(id fsm.LeaseID, seq uint64) *api.KeepAliveResponse {
-	resp := &api.KeepAliveResponse{Seq: seq}
-	v.s.node.View(func(st *fsm.State) {
-		if l, ok := st.Lease(id); ok {
-			resp.Ok, resp.Ttl = true, durationpb.New(l.TTL)
-			for _, name := range l.Holds { // as a real answer would, so the holder keeps trusting it
-				k, _ := st.Lock(name)
-				resp.HeldTokens = append(resp.HeldTokens, k.Token)
-			}
-		}
-	})
-	return resp
 }
 
 func (v *service) Revoke(ctx context.Context, r *api.RevokeRequest) (*api.RevokeResponse, error) {
