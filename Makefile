@@ -1,9 +1,11 @@
 # Convenience targets. The README's commands work without make.
 
-.PHONY: test ci chaos chaos-proof chaos-e2e fuzz bench mutants mutants-ci
+.PHONY: test ci chaos chaos-proof chaos-e2e sim sim-proof fuzz bench mutants mutants-ci
 
 CHAOS_DURATION ?= 10m
 CHAOS_SEED ?= $(shell date +%s)
+SIM_SEEDS ?= 1000
+SIM_SEED ?= 1
 
 test:           ## the README's test command
 	go test ./...
@@ -23,10 +25,20 @@ chaos-proof:    ## the harness sees failure: the control run loses updates, each
 chaos-e2e:      ## long e2e fault runs: 50 leader kills under load, 100 single-node kill -9 rounds
 	FENCE_E2E_LEADER_KILLS=50 FENCE_E2E_KILLS=100 go test ./test/e2e -run 'TestClusterLeaderKills|TestKill9Durability' -count 1 -v -timeout 60m
 
+sim:            ## the deterministic simulation over SIM_SEEDS (1000) seeds from SIM_SEED (1); a failing seed replays exactly
+	FENCE_SIM_SEEDS=$(SIM_SEEDS) FENCE_SIM_SEED=$(SIM_SEED) go test ./internal/node -run '^TestSimulation$$' -count=1
+
+sim-proof:      ## how many of 100 seeds find each planted bug
+	for bug in regrant token deposed replay applyuncommitted; do \
+	  FENCE_SIM_COUNT=1 FENCE_SIM_SEEDS=100 go test -tags fence_bug_$$bug ./internal/node -run '^TestSimulationFindsThePlantedBug$$' -count=1 -v | grep -E 'seeds found|FAIL'; \
+	done
+
 fuzz:           ## a minute per fuzz target
 	go test ./internal/fsm -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 60s
 	go test ./internal/fsm -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime 60s
 	go test ./internal/server -run '^$$' -fuzz '^FuzzRequestValidation$$' -fuzztime 60s
+	go test ./internal/transport -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 60s
+	go test ./internal/transport -run '^$$' -fuzz '^FuzzReceiveSnapshot$$' -fuzztime 60s
 
 bench:          ## micro-benchmarks, 3 runs each
 	go test ./internal/fsm -run '^$$' -bench . -count 3

@@ -1,0 +1,71 @@
+// Package node is one fence node's share of the raft group: the raft loop
+// (go.etcd.io/raft/v3), its durable log (internal/raftstore) and transport
+// (internal/transport), the replicated fsm.State, the proposer that packs
+// commands into entries, the lessor (the leader's time-driven duties) and
+// the waiters of blocked acquires. The gRPC service (internal/server) uses
+// only Node's methods: Propose, ProposeEntry, Read, View, Wait/Leave,
+// Deadline, Ready/WaitReady, Leader, the membership calls and Snapshot.
+//
+// # The core
+//
+// core wraps a RawNode with CheckQuorum, PreVote, ReadIndex reads
+// (ReadOnlySafe), no proposal forwarding, and AsyncStorageWrites: raft hands
+// its log writes out as messages, and the messages that depend on a write
+// (a follower's vote or append response, the leader's own acknowledgement)
+// are released only once it is durable. The leader sends new entries to
+// its followers while it writes them itself (Raft thesis §10.2.1). core has
+// no goroutines: production drives it from group's loop, the simulation
+// (sim_test.go) from one goroutine with a simulated network, clock and disk.
+//
+// An entry's data is an 8-byte proposal id and an fsm batch; the proposing
+// node finds its waiting request by the id when the entry is applied. An
+// empty entry is a new leader's first: when it is applied this node has
+// applied everything before its term, and its leader duties start (no
+// barrier round). Conf change entries carry the member (name, raft
+// address) in their context; snapshots carry the member list before the
+// fsm's encoding (members.go).
+//
+// # Goroutines
+//
+//   - the loop (group.loop) owns the core: it ticks raft, steps messages
+//     from the transport, takes proposals and reads, applies committed
+//     entries (to the replica, under its write lock), answers proposals
+//     and reads, hands messages to the transport and log writes to the
+//     append worker. It never waits on the disk or the network.
+//   - the append worker (group.appendWorker) performs the log writes in
+//     order (Log.Append, fsync) and the snapshot saves, then hands each
+//     write back to the loop, which releases its responses. A failed write
+//     stops the node (the loop and the worker end; callers get the error).
+//   - the proposer (proposer.run) packs queued commands into batches, at
+//     most maxInflightBatches in flight, and hands them to the loop in
+//     order; one goroutine per batch in flight waits for its outcome.
+//   - the lessor (lessor.run) ticks while this node leads: Tick, Expire and
+//     GrantNext commands through the proposer.
+//   - promoteLearners makes caught-up learners voters while this node leads.
+//   - announce (one at a time, on takeover) records the leader's client
+//     address.
+//   - the transport's goroutines call Node's deliver and report callbacks;
+//     gRPC handlers call Node's methods.
+//
+// # Who owns what
+//
+//   - core and the RawNode: the loop only. Other goroutines reach them
+//     through group.control (run a function on the loop and wait).
+//   - the Log: the append worker writes; the raft library reads it from the
+//     loop through raft.Storage (the store's memory view has its own lock).
+//   - replica.state: written by the loop (apply, restore) under replica.mu;
+//     read by anyone under its read lock (View, Read, gauges, the lessor's
+//     activation).
+//   - lessor fields: lessor.mu. waiters: waiters.mu. group.ms (the member
+//     list for readers off the loop): group.mu. group.status: an atomic
+//     pointer the loop replaces after every round.
+//
+// # Lock order
+//
+// replica.mu, then lessor.mu or waiters.mu (the apply path calls the
+// lessor and the waiters with the replica locked; leadership activation
+// takes the replica's read lock, then the lessor's). group.mu and the
+// queues' locks are leaves: nothing is locked while holding them. No lock is
+// held across a channel operation that can block, except the loop's
+// control functions, which run on the loop itself.
+package node
