@@ -16,9 +16,17 @@ import (
 // testdata/legacy-raftdb.tar.gz is a single-node data dir written by fence
 // before raft-wal (raft.db, raft-boltdb; data format 1): 20 lock cycles, then
 // locks held, three snapshots, and a grant only in the log.
-func legacyDataDir(t *testing.T) string {
+func legacyDataDir(t *testing.T) string { return extractDataDir(t, "testdata/legacy-raftdb.tar.gz") }
+
+// testdata/format2-hashicorp.tar.gz is a single-node data dir written by the
+// last fence on the hashicorp/raft engine (01eddb7, data format 2: FORMAT,
+// wal/ of raft-wal, snapshots/): three `fence run` grants.
+func format2DataDir(t *testing.T) string { return extractDataDir(t, "testdata/format2-hashicorp.tar.gz") }
+
+// extractDataDir unpacks a data dir archive into a temp dir.
+func extractDataDir(t *testing.T, archive string) string {
 	t.Helper()
-	f, err := os.Open("testdata/legacy-raftdb.tar.gz")
+	f, err := os.Open(archive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +85,9 @@ func newServerOn(t *testing.T, dir string) (*Server, error) {
 	return s, err
 }
 
-// TestOldDataDirIsRefused: a data dir written by an earlier fence (format 1)
-// is refused with what to do, and left exactly as it was. Before the format
+// TestOldDataDirIsRefused: a data dir written by an earlier fence (format 1,
+// or format 2 of the hashicorp/raft engine) is refused with what to do, and
+// left exactly as it was. Before the format
 // file, fence migrated raft.db without looking, and when both raft.db and
 // wal/ existed (a rollback to the earlier fence, then this one again) it
 // retired raft.db and reused the stale wal/: term and vote went backwards.
@@ -88,6 +97,7 @@ func TestOldDataDirIsRefused(t *testing.T) {
 		setup func(t *testing.T) string
 	}{
 		{"raft.db of fence before raft-wal", legacyDataDir},
+		{"format 2 of the hashicorp/raft engine", format2DataDir},
 		{"raft.db and wal/ after a rollback", func(t *testing.T) string {
 			dir := legacyDataDir(t)
 			if err := os.Mkdir(filepath.Join(dir, "wal"), 0o750); err != nil {
@@ -107,7 +117,7 @@ func TestOldDataDirIsRefused(t *testing.T) {
 			dir := tc.setup(t)
 			before := listDir(t, dir)
 			_, err := newServerOn(t, dir)
-			if err == nil || !strings.Contains(err.Error(), "written by an earlier fence (data format 1") || !strings.Contains(err.Error(), "empty --data-dir") {
+			if err == nil || !(strings.Contains(err.Error(), "written by an earlier fence (data format 1") || strings.Contains(err.Error(), `"fence data format 2", written by the hashicorp/raft engine`)) || !strings.Contains(err.Error(), "empty --data-dir") {
 				t.Fatalf("a data dir of the earlier format was not refused with what to do: %v", err)
 			}
 			if after := listDir(t, dir); !slices.Equal(before, after) {
