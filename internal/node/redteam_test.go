@@ -1,0 +1,290 @@
+package node
+
+// Red team (engine replacement: go.etcd.io/raft/v3 in internal/node).
+//
+// Every test here is a finding and fails today; each is skipped unless
+// FENCE_REDTEAM=1:
+//
+//	FENCE_REDTEAM=1 go test ./internal/node -run TestRedTeam -v
+//
+// The simulation-based ones drive the real cores on the deterministic
+// simulated network (sim_test.go) by hand, quiet (no random loss), so they
+// fail the same way every run.
+
+import (
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/internal/clock"
+	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/metrics"
+)
+
+func redteam(t *testing.T) {
+	t.Helper()
+	if os.Getenv("FENCE_REDTEAM") == "" {
+		t.Skip("red-team finding, run with FENCE_REDTEAM=1")
+	}
+}
+
+// rtSim is a quiet simulation (no random loss or duplication, no faults)
+// of n voters, driven by rtRun.
+func rtSim(t *testing.T, nodes int, seed uint64) *sim {
+	t.Helper()
+	s := newSim(simConfig{seed: seed, nodes: nodes, duration: time.Hour})
+	s.quiet = true
+	if !s.rtRun(5*time.Second, func() bool { return s.leader() != nil }) {
+		t.Fatalf("no leader after 5s simulated")
+	}
+	return s
+}
+
+// rtRun plays simulated events for up to d, until cond holds (nil: all of d).
+// A panic in an event propagates to the caller.
+func (s *sim) rtRun(d time.Duration, cond func() bool) bool {
+	end := s.now + d
+	for s.q.Len() > 0 {
+		if cond != nil && cond() {
+			return true
+		}
+		e := heap.Pop(&s.q).(event)
+		if e.at > end {
+			heap.Push(&s.q, e)
+			break
+		}
+		s.now = e.at
+		e.fn()
+	}
+	return cond != nil && cond()
+}
+
+func rtAddLearner(name string) *request {
+	m := Member{Name: name, RaftAddr: name, ID: RaftID(name)}
+	req := newRequest()
+	req.cc = &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(m.ID)}},
+		Context: encodeContext(m, 0)}
+	return req
+}
+
+func rtOutcome(req *request) (outcome, bool) {
+	select {
+	case o := <-req.done:
+		return o, true
+	default:
+		return outcome{}, false
+	}
+}
+
+// FINDING: a membership change that raft refuses is never answered.
+//
+// etcd raft does not return an error for a conf change it refuses because
+// another one is still unapplied (pendingConfIndex > applied, which is also
+// the case on a new leader until it has applied its whole log): it silently
+// replaces the entry with an empty EntryNormal and returns nil. core.propose
+// then files the request under its proposal id, the empty entry applies
+// (applyNormal treats it as a leader's no-op and finishes nothing), and the
+// request waits forever. Through the API: AddMember/RemoveMember (and
+// promoteLearners) called while another change is in flight block until
+// their ctx ends and then report ErrIndeterminate ("may still commit"),
+// although the change definitely never will; with a ctx without deadline
+// they hang. Two operators adding two nodes, or one AddMember racing the
+// leader's own promotion of the previous learner, hit it.
+func TestRedTeamRefusedConfChangeNeverAnswered(t *testing.T) {
+	redteam(t)
+	s := rtSim(t, 3, 11)
+	l := s.leader()
+	first, second := rtAddLearner("x1"), rtAddLearner("x2")
+	l.c.propose(first)
+	l.c.propose(second) // the first is not applied yet: raft refuses this one
+	s.process(l)
+	s.rtRun(3*time.Second, func() bool { return len(first.done) > 0 && len(second.done) > 0 })
+	o1, ok1 := rtOutcome(first)
+	if !ok1 || o1.err != nil {
+		t.Fatalf("the first change did not commit: answered=%v %+v", ok1, o1)
+	}
+	var learners []uint64
+	for id := range l.c.rn.Status().Config.Learners {
+		learners = append(learners, id)
+	}
+	o2, ok2 := rtOutcome(second)
+	if !ok2 {
+		t.Fatalf("the second membership change (refused by raft: a change was pending) was never answered after 3s simulated "+
+			"(leader still %v, learners %x, %d proposals still waiting in the core); a caller blocks until its ctx ends and then hears ErrIndeterminate",
+			l.c.leading, learners, len(l.c.proposals))
+	}
+	if o2.err == nil && !hasID(l.c.rn.Status().Config.Learners, RaftID("x2")) {
+		t.Fatalf("the second membership change was reported committed but x2 is not in the config")
+	}
+}
+
+// rtInject is what a rogue host that reached a leader's raft port through
+// the transport (it checks only the cluster id and the ids in the header)
+// can hand the loop: a raft message from any id.
+func rtInject(s *sim, l *simNode, m *raftpb.Message) (panicked any) {
+	defer func() { panicked = recover() }()
+	l.c.step(m)
+	s.process(l)
+	return nil
+}
+
+// FINDING: a leader commits proposals that arrive from the network.
+//
+// DisableProposalForwarding is set, so no fence node ever sends a MsgProp;
+// but raft still accepts a MsgProp stepped on a leader, from any sender,
+// member or not, and the transport delivers it (it checks the cluster id,
+// which for a bootstrapped group is a hash of the public member list, and
+// the header ids only). The entry is appended and committed as if this
+// leader had proposed it: it bypasses fence's command validation, request
+// ids, and the lessor — e.g. a Tick with an hour of elapsed time (every
+// lease expires at once, its locks are handed to the next holder while the
+// old holder still trusts its lease) or a ConfChange removing members.
+func TestRedTeamLeaderCommitsProposalFromNetwork(t *testing.T) {
+	redteam(t)
+	s := rtSim(t, 3, 12)
+	l := s.leader()
+	lease := fsm.LeaseID{0xba, 0xd}
+	cmd := fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{1}, Lease: lease, TTL: time.Hour, Owner: "rogue"}
+	data := binary.BigEndian.AppendUint64(nil, 42) // any proposal id
+	data = fsm.EncodeBatch(data, []fsm.Command{cmd})
+	rogue := uint64(0xbad0bad0)
+	if p := rtInject(s, l, &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(rogue), To: new(l.id),
+		Entries: []*raftpb.Entry{{Type: raftpb.EntryNormal.Enum(), Data: data}}}); p != nil {
+		t.Fatalf("panic: %v", p)
+	}
+	s.rtRun(time.Second, nil)
+	for _, n := range s.nodes[:3] {
+		var found bool
+		n.rep.read(func(st *fsm.State) { _, found = st.Lease(lease) })
+		if found {
+			t.Fatalf("%s applied a CreateLease that node %x (not a member) sent as a MsgProp over the raft transport: "+
+				"the leader appends and commits proposals from the network although no fence node forwards proposals", n.name, rogue)
+		}
+	}
+}
+
+// FINDING: malformed raft messages from the network panic the leader's loop
+// (so the whole process: the panic is on the loop goroutine).
+//
+// The transport checks a message's type and ids but not its shape, and
+// etcd raft assumes its peers are raft nodes: a MsgProp without entries
+// hits "stepped empty MsgProp" (Panicf), and a MsgProp carrying a
+// ConfChange entry whose data does not decode hits panic(err) in
+// stepLeader. (A MsgReadIndex without entries is tolerated; it stays in
+// the table as a control.) One such message from anyone who can
+// reach the raft port with the cluster id takes the leader down; after the
+// next election, the next leader.
+func TestRedTeamGarbageMessagePanicsLeader(t *testing.T) {
+	redteam(t)
+	rogue := uint64(0xbad0bad0)
+	cases := []struct {
+		name string
+		msg  func(to uint64) *raftpb.Message
+	}{
+		{"MsgProp without entries", func(to uint64) *raftpb.Message {
+			return &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(rogue), To: new(to)}
+		}},
+		{"MsgReadIndex without entries", func(to uint64) *raftpb.Message {
+			return &raftpb.Message{Type: raftpb.MsgReadIndex.Enum(), From: new(rogue), To: new(to)}
+		}},
+		{"MsgProp with an undecodable ConfChange", func(to uint64) *raftpb.Message {
+			return &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(rogue), To: new(to),
+				Entries: []*raftpb.Entry{{Type: raftpb.EntryConfChange.Enum(), Data: []byte{0xff, 0xff, 0xff}}}}
+		}},
+	}
+	var panics []string
+	for i, tc := range cases {
+		s := rtSim(t, 3, 20+uint64(i))
+		l := s.leader()
+		if p := rtInject(s, l, tc.msg(l.id)); p != nil {
+			panics = append(panics, fmt.Sprintf("%s: %v", tc.name, p))
+		}
+	}
+	if len(panics) > 0 {
+		t.Fatalf("%d of %d malformed messages panic the leader's raft loop:\n  %s", len(panics), len(cases), strings.Join(panics, "\n  "))
+	}
+}
+
+// rtNode starts a real single-node Node on loopback in a temp dir.
+func rtNode(t *testing.T) *Node {
+	t.Helper()
+	g := func() float64 { return 0 }
+	n, err := New(Config{Name: "rt", DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0",
+		TickInterval: 50 * time.Millisecond, MaxBatch: 64, SnapshotThreshold: 10000, TrailingLogs: 100,
+		HeartbeatTimeout: 20 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+		Clock: clock.Real{}, Metrics: metrics.NewServer(prometheus.NewRegistry(), metrics.Gauges{Leases: g, Locks: g, Waiters: g, IsLeader: g}),
+		Logger: discard, RaftLogLevel: slog_off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	return n
+}
+
+var slog_off, _ = ParseRaftLogLevel("off")
+
+// FINDING: calls on a closed (or failed) node are not refused: they wait
+// for their ctx, then report the wrong outcome.
+//
+// group.submit hands the request to the loop's buffered channel (props,
+// reads: 4096 deep), which succeeds even after the loop has exited when
+// select picks that case over <-g.stop; its second select then waits only
+// for req.done and ctx — not for stop or failed — so nothing ever answers.
+// A Read then hangs until ctx ends (forever with context.Background()), and
+// ProposeEntry reports ErrIndeterminate ("may still commit: retry with the
+// same request id") for a command that never reached raft. The proposer has
+// the same hole: Propose after Close can enqueue on p.in (8192 deep), which
+// nobody drains any more. The same happens to requests queued behind the
+// loop at the moment it stops or a log write fails.
+func TestRedTeamCallsOnClosedNodeHang(t *testing.T) {
+	redteam(t)
+	n := rtNode(t)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const tries = 20
+	var hungRead, indetEntry, indetProp int
+	for range tries {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		if err := n.Read(ctx, func(*fsm.State) {}); errors.Is(err, context.DeadlineExceeded) {
+			hungRead++
+		}
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+		cmd := fsm.Command{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{2}, Lease: fsm.LeaseID{3}, TTL: time.Minute, Owner: "o"}
+		if _, err := n.ProposeEntry(ctx, []fsm.Command{cmd}); errors.Is(err, ErrIndeterminate) {
+			indetEntry++
+		}
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+		if _, err := n.Propose(ctx, cmd); errors.Is(err, ErrIndeterminate) {
+			indetProp++
+		}
+		cancel()
+	}
+	if hungRead+indetEntry+indetProp > 0 {
+		t.Fatalf("after Close, of %d tries each: %d Reads blocked until their ctx ended (no ErrStopped), "+
+			"%d ProposeEntry and %d Propose calls blocked and then reported ErrIndeterminate for a command that never reached raft",
+			tries, hungRead, indetEntry, indetProp)
+	}
+}
+
+// keep the imports used by helpers some findings may not need.
+var _ = raft.None
+var _ = proto.Clone
