@@ -52,6 +52,16 @@ type proposalResult struct {
 
 const maxInflightBatches = 2
 
+// maxBatchBytes bounds the commands packed into one entry by size (a batch
+// of large values stops early), so that an entry fits one raft message and
+// one transport batch (internal/transport sends up to 64 MiB).
+const maxBatchBytes = 4 << 20
+
+// commandSize is about what cmd takes in an entry.
+func commandSize(cmd *fsm.Command) int {
+	return 64 + len(cmd.Name) + len(cmd.Value) + len(cmd.Owner) + len(cmd.Addr) + 8*len(cmd.Open)
+}
+
 func newProposer(g *group, maxBatch int, m *metrics.Server) *proposer {
 	p := &proposer{group: g, in: make(chan *proposal, 8192), maxBatch: maxBatch,
 		inflight: make(chan struct{}, maxInflightBatches), metrics: m,
@@ -107,6 +117,38 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 	return out
 }
 
+// gather makes a batch of first and what else is queued now: up to
+// maxBatch commands and about maxBatchBytes; renewals of one lease share
+// one command (the first's also).
+func (p *proposer) gather(first *proposal) []*proposal {
+	var batch []*proposal
+	taken := 0 // proposals taken, shared renewals included: bounds the drain
+	size := 0  // the batch's size, roughly: bounds the entry
+	renewals := map[fsm.LeaseID]*proposal{}
+	add := func(pr *proposal) {
+		taken++
+		size += commandSize(&pr.cmd)
+		if pr.cmd.Kind == fsm.KindRenew {
+			if first := renewals[pr.cmd.Lease]; first != nil {
+				first.also = append(first.also, pr)
+				return
+			}
+			renewals[pr.cmd.Lease] = pr
+		}
+		batch = append(batch, pr)
+	}
+	add(first)
+	for len(batch) < p.maxBatch && taken < 8*p.maxBatch && size < maxBatchBytes {
+		select {
+		case pr := <-p.in:
+			add(pr)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
 func (p *proposer) run() {
 	defer close(p.done)
 	var buf []byte
@@ -116,35 +158,13 @@ func (p *proposer) run() {
 		case <-p.stop:
 			return
 		}
-		var batch []*proposal
-		taken := 0 // proposals taken, shared renewals included: bounds the drain
-		renewals := map[fsm.LeaseID]*proposal{}
-		add := func(pr *proposal) {
-			taken++
-			if pr.cmd.Kind == fsm.KindRenew {
-				if first := renewals[pr.cmd.Lease]; first != nil {
-					first.also = append(first.also, pr)
-					return
-				}
-				renewals[pr.cmd.Lease] = pr
-			}
-			batch = append(batch, pr)
-		}
+		var first *proposal
 		select {
-		case pr := <-p.in:
-			add(pr)
+		case first = <-p.in:
 		case <-p.stop:
 			return
 		}
-	drain:
-		for len(batch) < p.maxBatch && taken < 8*p.maxBatch {
-			select {
-			case pr := <-p.in:
-				add(pr)
-			default:
-				break drain
-			}
-		}
+		batch := p.gather(first)
 		cmds := make([]fsm.Command, len(batch))
 		for i, pr := range batch {
 			cmds[i] = pr.cmd
