@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -217,10 +218,12 @@ func TestRedTeamGarbageMessagePanicsLeader(t *testing.T) {
 }
 
 // rtNode starts a real single-node Node on loopback in a temp dir.
-func rtNode(t *testing.T) *Node {
+func rtNode(t *testing.T) *Node { return rtNodeIn(t, t.TempDir()) }
+
+func rtNodeIn(t *testing.T, dir string) *Node {
 	t.Helper()
 	g := func() float64 { return 0 }
-	n, err := New(Config{Name: "rt", DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0",
+	n, err := New(Config{Name: "rt", DataDir: dir, RaftAddr: "127.0.0.1:0",
 		TickInterval: 50 * time.Millisecond, MaxBatch: 64, SnapshotThreshold: 10000, TrailingLogs: 100,
 		HeartbeatTimeout: 20 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 		Clock: clock.Real{}, Metrics: metrics.NewServer(prometheus.NewRegistry(), metrics.Gauges{Leases: g, Locks: g, Waiters: g, IsLeader: g}),
@@ -288,3 +291,95 @@ func TestRedTeamCallsOnClosedNodeHang(t *testing.T) {
 // keep the imports used by helpers some findings may not need.
 var _ = raft.None
 var _ = proto.Clone
+
+// FINDING: removing the last voter commits a conf change that panics every
+// node that applies it, on every restart.
+//
+// RemoveMember (and the server's RemoveMember RPC) only checks that the
+// name is a member; raft accepts the proposal (it validates conf changes
+// only for pending/joint state) and commits it, and then
+// RawNode.ApplyConfChange panics with "removed all voters" (raft's
+// applyConfChange: "TODO: return the error to the caller"). The entry is
+// committed and durable, so a restarted node applies it again and panics
+// again: the group is gone for good. A single-node fence whose operator
+// runs `members rm` on its own id, or a group reduced to one voter plus
+// learners, hits it.
+func TestRedTeamRemovingLastVoterPanicsForever(t *testing.T) {
+	redteam(t)
+	s := rtSim(t, 1, 31)
+	l := s.leader()
+	m := Member{Name: l.name, RaftAddr: l.name, ID: l.id}
+	req := newRequest()
+	req.cc = &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(m.ID)}},
+		Context: encodeContext(m, 0)}
+	var p any
+	func() {
+		defer func() { p = recover() }()
+		l.c.propose(req)
+		s.process(l)
+		s.rtRun(time.Second, func() bool { return len(req.done) > 0 })
+	}()
+	if p == nil {
+		o, _ := rtOutcome(req)
+		t.Logf("no panic; outcome %+v", o)
+		return
+	}
+	// Restart from the durable log: does the node come back?
+	var p2 any
+	func() {
+		defer func() { p2 = recover() }()
+		l.c = nil
+		l.epoch++
+		s.start(l, nil)
+		s.rtRun(time.Second, nil)
+	}()
+	t.Fatalf("removing the only voter (%s) was accepted and committed, and applying it panics the raft loop: %v; "+
+		"after a restart from the durable log: panic=%v", l.name, p, p2)
+}
+
+// The same with the real node and data dir, in child processes (a panic on
+// the loop goroutine ends the process): RemoveMember of a single node's own
+// name kills it, and so does every restart from its data dir.
+func TestRedTeamRemovingLastVoterKillsRealNode(t *testing.T) {
+	if dir := os.Getenv("FENCE_REDTEAM_CHILD_DIR"); dir != "" {
+		n := rtNodeIn(t, dir)
+		if os.Getenv("FENCE_REDTEAM_CHILD_REMOVE") != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := n.RemoveMember(ctx, "rt")
+			t.Logf("RemoveMember returned %v", err)
+		}
+		time.Sleep(2 * time.Second)
+		n.Close()
+		return
+	}
+	redteam(t)
+	dir := t.TempDir()
+	child := func(remove bool) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRedTeamRemovingLastVoterKillsRealNode$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "FENCE_REDTEAM_CHILD_DIR="+dir)
+		if remove {
+			cmd.Env = append(cmd.Env, "FENCE_REDTEAM_CHILD_REMOVE=1")
+		}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out1, err1 := child(true)
+	if err1 == nil {
+		t.Logf("RemoveMember of the only voter did not kill the node:\n%s", out1)
+		return
+	}
+	out2, err2 := child(false)
+	first := func(s string) string {
+		for _, l := range strings.Split(s, "\n") {
+			if strings.HasPrefix(l, "panic:") {
+				return l
+			}
+		}
+		return "(no panic line)"
+	}
+	t.Fatalf("RemoveMember(own name) on a single node: the process died (%v): %s; restarting from the data dir: err=%v %s",
+		err1, first(out1), err2, first(out2))
+}
