@@ -383,3 +383,85 @@ func TestRedTeamRemovingLastVoterKillsRealNode(t *testing.T) {
 	t.Fatalf("RemoveMember(own name) on a single node: the process died (%v): %s; restarting from the data dir: err=%v %s",
 		err1, first(out1), err2, first(out2))
 }
+
+// FINDING: a bootstrap member whose raft log is gone comes back as a voter
+// with no memory, and an acknowledged write is lost.
+//
+// openLog bootstraps whenever dataDir/raft holds no WAL and --bootstrap is
+// given: a member restarted with its usual flags after its raft directory
+// was lost or wiped (a replaced disk; an operator following the "start with
+// an empty --data-dir" advice; a restore that missed raft/ while FORMAT is
+// there) re-creates the same first entries and the same cluster id, so it
+// is at once a voter of its old group — one that forgot the entries it
+// acknowledged and the vote it cast. Here: n1 leads, n2 is cut off, a
+// CreateLease commits on n1+n3 and is acknowledged; n1 and n3 crash, n3
+// restarts with an empty log (as Node.open does, bootstrapping again), n2's
+// link heals: n2 and the amnesiac n3 are a majority, elect n2, whose log
+// lacks the write, and when n1 returns its copy is overwritten. The write is
+// lost on every node. Nothing asks the cluster whether this member was
+// bootstrapped already (etcd refuses to re-bootstrap a member of a running
+// cluster).
+func TestRedTeamWipedBootstrapMemberLosesAckedWrite(t *testing.T) {
+	redteam(t)
+	s := rtSim(t, 3, 41)
+	l := s.leader()
+	var others []*simNode
+	for _, n := range s.nodes[:3] {
+		if n != l {
+			others = append(others, n)
+		}
+	}
+	cutOff, acker := others[0], others[1]
+	for _, o := range s.nodes {
+		if o != cutOff {
+			s.cut[[2]int{cutOff.i, o.i}], s.cut[[2]int{o.i, cutOff.i}] = true, true
+		}
+	}
+	lease := fsm.LeaseID{0xac, 0xed}
+	req := newRequest()
+	req.data = fsm.EncodeBatch(nil, []fsm.Command{{Kind: fsm.KindCreateLease, RequestID: fsm.RequestID{9}, Lease: lease, TTL: time.Hour, Owner: "acked"}})
+	l.c.propose(req)
+	s.process(l)
+	if !s.rtRun(2*time.Second, func() bool { return len(req.done) > 0 }) {
+		t.Fatal("the write did not commit")
+	}
+	if o := <-req.done; o.err != nil {
+		t.Fatalf("the write failed: %v", o.err)
+	}
+	// Let the follower apply it too, then crash the two that hold it.
+	s.rtRun(200*time.Millisecond, nil)
+	s.crash(l)
+	s.crash(acker)
+	var boot []Member
+	for _, n := range s.nodes[:3] {
+		boot = append(boot, Member{Name: n.name, RaftAddr: n.name, ID: n.id})
+	}
+	acker.log = newSimLog() // its raft directory is gone; Node.open bootstraps again
+	s.start(acker, boot)
+	clear(s.cut)
+	if !s.rtRun(10*time.Second, func() bool { return s.leader() != nil }) {
+		t.Logf("no leader without n1: the amnesiac member was not counted")
+		return
+	}
+	s.start(l, nil)
+	s.rtRun(5*time.Second, nil)
+	var holders []string
+	for _, n := range s.nodes[:3] {
+		if n.c == nil {
+			continue
+		}
+		var found bool
+		n.rep.read(func(st *fsm.State) { _, found = st.Lease(lease) })
+		if found {
+			holders = append(holders, n.name)
+		}
+	}
+	if len(holders) < 3 {
+		lead := "none"
+		if ld := s.leader(); ld != nil {
+			lead = ld.name
+		}
+		t.Fatalf("an acknowledged CreateLease (committed by %s and %s) is held by %v only after %s restarted with an empty raft log and rejoined as a bootstrap voter; leader now %s; simulation checker: %v",
+			l.name, acker.name, holders, acker.name, lead, s.check.errs)
+	}
+}
