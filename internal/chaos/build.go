@@ -27,7 +27,12 @@ var Bugs = map[string]Bug{
 	"token": {Tag: "fence_bug_token", Faults: []string{FaultKillLeader, FaultKillFollower},
 		Caught: []string{"tokens only grow", "replicas agree", "no token granted twice"}},
 	// A paused or cut-off leader keeps telling its clients "renewed".
-	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultIsolateLeader, FaultPauseLeader}, Caught: []string{"validity windows never overlap"}},
+	// deposed: the renewals a deposed node answers from memory keep a holder
+	// believing in an ended lease (windows overlap), and their held tokens
+	// tell it it still holds a lock already granted again (a status no legal
+	// order allows).
+	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultIsolateLeader, FaultPauseLeader},
+		Caught: []string{"validity windows never overlap", "lock service is linearizable"}},
 	"replay": {Tag: "fence_bug_replay", Faults: []string{FaultReplay, FaultPauseWorker},
 		Caught: []string{"a late duplicate is never acted on", "validity windows never overlap"}},
 }
