@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -31,6 +33,7 @@ import (
 	"github.com/fencehq/fence/internal/clock"
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/metrics"
+	"github.com/fencehq/fence/internal/transport/transportpb"
 )
 
 func redteam(t *testing.T) {
@@ -464,4 +467,54 @@ func TestRedTeamWipedBootstrapMemberLosesAckedWrite(t *testing.T) {
 		t.Fatalf("an acknowledged CreateLease (committed by %s and %s) is held by %v only after %s restarted with an empty raft log and rejoined as a bootstrap voter; leader now %s; simulation checker: %v",
 			l.name, acker.name, holders, acker.name, lead, s.check.errs)
 	}
+}
+
+// End to end over the real transport: one Batch holding one empty MsgProp,
+// sent to a single node's raft port by a client that is not a member (it
+// only needs the cluster id: logged at start, handed out by AddMember, and
+// for a bootstrapped group the public ClusterIDOf the member list), kills
+// the node's process. The node runs in a child process.
+func TestRedTeamRogueEmptyProposalKillsRealNode(t *testing.T) {
+	if os.Getenv("FENCE_REDTEAM_ROGUE_CHILD") != "" {
+		n := rtNode(t)
+		defer n.Close()
+		conn, err := grpc.NewClient(n.RaftAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := transportpb.NewRaftClient(conn).Send(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rogue := uint64(0xbad0bad0)
+		b, _ := proto.Marshal(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(rogue), To: new(n.id)})
+		if err := st.Send(&transportpb.Batch{ClusterId: n.ClusterID(), From: rogue, To: n.id, Messages: [][]byte{b}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.CloseAndRecv()
+		t.Logf("stream closed: %v", err)
+		time.Sleep(time.Second)
+		return
+	}
+	redteam(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRedTeamRogueEmptyProposalKillsRealNode$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "FENCE_REDTEAM_ROGUE_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Logf("the node survived:\n%s", out)
+		return
+	}
+	line := "(no panic line)"
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "panic:") {
+			line = l
+			break
+		}
+	}
+	t.Fatalf("one empty MsgProp from a non-member over the raft transport killed the node's process (%v): %s", err, line)
 }
