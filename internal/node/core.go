@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 
 	"go.etcd.io/raft/v3"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/planted"
+	"github.com/fencehq/fence/internal/transport"
 )
 
 // Log is a node's durable raft state: hard state, entries and snapshots, and
@@ -25,6 +27,10 @@ type Log interface {
 	// from the first one's index on) and snap (nil or empty: none) durable
 	// before it returns, then shows them in the raft.Storage view.
 	Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
+	// SetHardState writes hs without waiting for the disk when only the
+	// commit index moved (nothing waits on that write); the next Append
+	// makes it durable.
+	SetHardState(hs *raftpb.HardState) error
 	// SaveSnapshot durably records a snapshot of the applied state at index
 	// and compacts the log, keeping trailing entries before index.
 	SaveSnapshot(index uint64, cs *raftpb.ConfState, data []byte, trailing uint64) error
@@ -57,8 +63,13 @@ var (
 	// ErrIndeterminate: the proposal reached the log but this node lost
 	// leadership (or stopped) before it learned whether it committed.
 	ErrIndeterminate = errors.New("outcome unknown: leadership changed while the command was in flight; retry with the same request id")
-	// ErrStopped: the node is shut down.
+	// ErrStopped: the node is shut down; the call did not reach raft.
 	ErrStopped = errors.New("node stopped")
+	// ErrMembershipBusy: raft refused a membership change because another
+	// one is not applied yet (nothing changed); retry shortly.
+	ErrMembershipBusy = errors.New("another membership change is in progress; retry shortly")
+	// ErrLastVoter: the change would leave the group without a voter.
+	ErrLastVoter = errors.New("the group would have no voter left")
 )
 
 // outcome is what a proposal or read learns: the entry's index and its
@@ -119,6 +130,7 @@ type core struct {
 
 	nextID    uint64              // last proposal or read id used
 	proposals map[uint64]*request // by proposal id, until applied or given up
+	changes   []uint64            // ids of membership changes proposed, in log order, not yet applied
 	newReads  []*request          // reads not yet sent to raft
 	reads     map[uint64][]*request
 	waiting   []readWait // reads whose index is known, waiting for apply
@@ -194,8 +206,17 @@ func newCore(cfg coreConfig, boot []Member, idSeed uint64) (*core, error) {
 // tick advances raft's logical clock by one tick.
 func (c *core) tick() { c.rn.Tick() }
 
-// step hands raft a message from the network.
+// step hands raft a message from the network, if it is one a member sends.
 func (c *core) step(m *raftpb.Message) {
+	if !transport.PeerMessage(m.GetType()) || m.GetTo() != c.cfg.id || m.GetFrom() == c.cfg.id || m.GetFrom() == raft.None {
+		c.cfg.logger.Warn("refused a raft message no member sends", "type", m.GetType().String(), "from", m.GetFrom(), "to", m.GetTo())
+		return
+	}
+	c.stepLocal(m)
+}
+
+// stepLocal hands raft a message of its own: a storage write's response.
+func (c *core) stepLocal(m *raftpb.Message) {
 	if err := c.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrStepLocalMsg) {
 		c.cfg.logger.Debug("raft message refused", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
 	}
@@ -220,8 +241,14 @@ func (c *core) propose(req *request) {
 			req.finish(outcome{err: derr})
 			return
 		}
+		if c.removesLastVoter(cc) {
+			req.finish(outcome{err: ErrLastVoter})
+			return
+		}
 		cc.Context = encodeContext(mc.Member, id)
-		err = c.rn.ProposeConfChange(cc)
+		if err = c.rn.ProposeConfChange(cc); err == nil {
+			c.changes = append(c.changes, id)
+		}
 	} else {
 		data := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(req.data)), id)
 		err = c.rn.Propose(append(data, req.data...))
@@ -231,6 +258,21 @@ func (c *core) propose(req *request) {
 		return
 	}
 	c.proposals[id] = req
+}
+
+// removesLastVoter reports whether cc would leave no voter (raft would
+// commit it and then panic applying it, on every restart).
+func (c *core) removesLastVoter(cc *raftpb.ConfChangeV2) bool {
+	voters := maps.Clone(c.rn.Status().Config.Voters[0])
+	for _, ch := range cc.GetChanges() {
+		switch ch.GetType() {
+		case raftpb.ConfChangeRemoveNode, raftpb.ConfChangeAddLearnerNode:
+			delete(voters, ch.GetNodeId())
+		case raftpb.ConfChangeAddNode:
+			voters[ch.GetNodeId()] = struct{}{}
+		}
+	}
+	return len(voters) == 0
 }
 
 // read queues a linearizable read: it finishes once this node, still the
@@ -280,7 +322,7 @@ func (c *core) ready() (send []*raftpb.Message, appends []*raftpb.Message) {
 			case raft.LocalApplyThread:
 				c.applyEntries(m.GetEntries())
 				for _, r := range m.GetResponses() {
-					c.step(r)
+					c.stepLocal(r)
 				}
 			default:
 				send = append(send, m)
@@ -290,14 +332,68 @@ func (c *core) ready() (send []*raftpb.Message, appends []*raftpb.Message) {
 	return send, appends
 }
 
-// persist performs one log write of the append worker. It touches only the
-// Log, so it may run on another goroutine than the rest of the core.
-func (c *core) persist(m *raftpb.Message) error {
+// persist performs queued log writes of the append worker (MsgStorageAppend
+// messages, in order) as one: their entries merged (a later message's
+// entries replace an earlier one's from their first index on) with the last
+// hard state, made durable unless no message has responses (raft requires
+// durability only before a write's responses are delivered: a commit index
+// moving alone waits for nothing). A message with a snapshot is written on
+// its own. It touches only the Log, so it may run on another goroutine than
+// the rest of the core.
+func (c *core) persist(ms []*raftpb.Message) error {
 	var hs *raftpb.HardState
-	if m.Term != nil || m.Vote != nil || m.Commit != nil {
-		hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+	var ents []*raftpb.Entry
+	durable := false
+	flush := func() error {
+		var err error
+		switch {
+		case len(ents) > 0 || durable:
+			err = c.cfg.log.Append(hs, ents, nil)
+		case hs != nil:
+			err = c.cfg.log.SetHardState(hs)
+		}
+		hs, ents, durable = nil, nil, false
+		return err
 	}
-	return c.cfg.log.Append(hs, m.GetEntries(), m.GetSnapshot())
+	for _, m := range ms {
+		if snap := m.GetSnapshot(); !raft.IsEmptySnap(snap) {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := c.cfg.log.Append(hardState(m), m.GetEntries(), snap); err != nil {
+				return err
+			}
+			continue
+		}
+		if h := hardState(m); h != nil {
+			hs = h
+		}
+		ents = mergeEntries(ents, m.GetEntries())
+		durable = durable || len(m.GetResponses()) > 0
+	}
+	return flush()
+}
+
+// hardState is the hard state a MsgStorageAppend carries, or nil.
+func hardState(m *raftpb.Message) *raftpb.HardState {
+	if m.Term == nil && m.Vote == nil && m.Commit == nil {
+		return nil
+	}
+	return &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+}
+
+// mergeEntries appends later entries to earlier ones, dropping the earlier
+// ones from the later ones' first index on (raft's truncation).
+func mergeEntries(earlier, later []*raftpb.Entry) []*raftpb.Entry {
+	if len(later) == 0 {
+		return earlier
+	}
+	first := later[0].GetIndex()
+	keep := len(earlier)
+	for keep > 0 && earlier[keep-1].GetIndex() >= first {
+		keep--
+	}
+	return append(earlier[:keep:keep], later...)
 }
 
 // persisted takes back a log write the append worker made durable: a
@@ -311,7 +407,7 @@ func (c *core) persisted(m *raftpb.Message) (send []*raftpb.Message, err error) 
 	}
 	for _, r := range m.GetResponses() {
 		if r.GetTo() == c.cfg.id {
-			c.step(r)
+			c.stepLocal(r)
 		} else {
 			send = append(send, r)
 		}
@@ -342,6 +438,7 @@ func (c *core) stepDown() {
 		req.finish(outcome{err: ErrIndeterminate})
 		delete(c.proposals, id)
 	}
+	c.changes = nil
 	c.failReads(ErrNotLeader)
 	if c.leading {
 		c.leading = false
@@ -435,10 +532,19 @@ func (c *core) snapshotNow() {
 
 func (c *core) applyNormal(e *raftpb.Entry) {
 	data := e.GetData()
-	if len(data) == 0 { // a new leader's first entry: everything before it is applied now
-		if c.state == raft.StateLeader && e.GetTerm() == c.term && !c.leading {
+	if len(data) == 0 {
+		switch {
+		case c.state != raft.StateLeader || e.GetTerm() != c.term:
+		case !c.leading: // this leader's first entry: everything before it is applied now
 			c.leading, c.hasLed = true, true
 			c.cfg.leadership(true)
+		case len(c.changes) > 0: // a membership change raft refused (it appends an empty entry instead)
+			id := c.changes[0]
+			c.changes = c.changes[1:]
+			if req := c.proposals[id]; req != nil {
+				delete(c.proposals, id)
+				req.finish(outcome{index: e.GetIndex(), err: ErrMembershipBusy})
+			}
 		}
 		return
 	}
@@ -483,6 +589,9 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
 		}
 	}
 	c.cfg.membersChanged(c.members)
+	if i := slices.Index(c.changes, mc.Proposal); mc.Proposal != 0 && i >= 0 {
+		c.changes = slices.Delete(c.changes, i, i+1)
+	}
 	if req := c.proposals[mc.Proposal]; mc.Proposal != 0 && req != nil {
 		delete(c.proposals, mc.Proposal)
 		req.finish(outcome{index: e.GetIndex()})

@@ -37,44 +37,44 @@ const upgradeAdvice = "start this fence with an empty --data-dir (the old cluste
 	"let their holders finish first), or keep running the earlier fence on it; see README, Upgrading"
 
 // checkFormat makes sure dataDir (locked by the caller) holds data of this
-// fence's format: it writes the format file into a new data dir, and
-// refuses, with what to do, a data dir written in another format. Nothing
-// in a data dir is reinterpreted or converted silently.
-func checkFormat(dataDir string) error {
+// fence's format: it writes the format file into a new data dir (and says
+// so: created), and refuses, with what to do, a data dir written in another
+// format. Nothing in a data dir is reinterpreted or converted silently.
+func checkFormat(dataDir string) (created bool, err error) {
 	path := filepath.Join(dataDir, formatFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil && string(b) == dataFormat:
-		return nil
+		return false, nil
 	case err == nil:
 		got := strings.TrimSpace(string(b))
 		if what, ok := earlierFormats[got]; ok {
-			return fmt.Errorf("data dir %s holds %q, written by %s; this fence (%q) cannot read it: %s",
+			return false, fmt.Errorf("data dir %s holds %q, written by %s; this fence (%q) cannot read it: %s",
 				dataDir, got, what, strings.TrimSpace(dataFormat), upgradeAdvice)
 		}
-		return fmt.Errorf("data dir %s holds %q, not %q: it was written by another fence version; use that version, or start this one with an empty --data-dir", dataDir, got, strings.TrimSpace(dataFormat))
+		return false, fmt.Errorf("data dir %s holds %q, not %q: it was written by another fence version; use that version, or start this one with an empty --data-dir", dataDir, got, strings.TrimSpace(dataFormat))
 	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("read %s: %w", path, err)
+		return false, fmt.Errorf("read %s: %w", path, err)
 	}
 	for _, name := range append(formatOneLayout, raftDir) {
 		if _, err := os.Stat(filepath.Join(dataDir, name)); err == nil {
-			return fmt.Errorf("data dir %s was written by an earlier fence (data format 1: it has %s but no %s file); this fence cannot read its log or snapshots: %s",
+			return false, fmt.Errorf("data dir %s was written by an earlier fence (data format 1: it has %s but no %s file); this fence cannot read its log or snapshots: %s",
 				dataDir, name, formatFile, upgradeAdvice)
 		}
 	}
 	if err := os.WriteFile(path, []byte(dataFormat), 0o640); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return false, err
 	}
 	err = f.Sync()
 	f.Close()
 	if err != nil {
-		return err
+		return false, err
 	}
-	return syncDir(dataDir)
+	return true, syncDir(dataDir)
 }
 
 // lockDataDir takes an exclusive lock on the data dir, so that a second

@@ -33,10 +33,11 @@ type group struct {
 	mu     sync.Mutex
 	ms     []Member // guarded by mu: the member list, for readers off the loop
 
-	stop   chan struct{}
-	failed chan struct{} // closed when a log write failed: the node stops
-	err    error         // why, set before failed is closed
-	wg     sync.WaitGroup
+	stop     chan struct{}
+	failed   chan struct{} // closed when a log write failed: the node stops
+	loopDone chan struct{} // closed when the loop has ended and answered all it took
+	err      error         // why, set before failed is closed
+	wg       sync.WaitGroup
 }
 
 // groupStatus is what the loop publishes after every round.
@@ -59,7 +60,7 @@ func newGroup(c *core, tick time.Duration) *group {
 		inbox: make(chan *raftpb.Message, 4096), props: make(chan *request, 4096),
 		reads: make(chan *request, 4096), ctl: make(chan func(*core), 64),
 		appendQ: newQueue[appendJob](), doneQ: newQueue[*raftpb.Message](),
-		stop: make(chan struct{}), failed: make(chan struct{})}
+		stop: make(chan struct{}), failed: make(chan struct{}), loopDone: make(chan struct{})}
 	g.status.Store(&groupStatus{})
 	return g
 }
@@ -75,6 +76,7 @@ func (g *group) start(trans Transport) {
 func (g *group) loop() {
 	t := time.NewTicker(g.tick)
 	defer t.Stop()
+	defer close(g.loopDone)
 	defer g.c.stop()
 	for {
 		select {
@@ -142,23 +144,40 @@ func (g *group) appendWorker() {
 			return
 		case <-g.appendQ.ready:
 		}
+		var writes []*raftpb.Message // consecutive log writes: performed as one
+		flush := func() bool {
+			if len(writes) == 0 {
+				return true
+			}
+			if err := g.c.persist(writes); err != nil {
+				g.fail(fmt.Errorf("raft log write failed: %w", err))
+				return false
+			}
+			for _, m := range writes {
+				g.doneQ.push(m)
+			}
+			writes = nil
+			return true
+		}
 		for _, j := range g.appendQ.take() {
-			if j.snap != nil {
-				s := j.snap
-				err := g.c.cfg.log.SaveSnapshot(s.index, s.cs, s.data, g.c.cfg.trailing)
-				if err != nil {
-					g.c.cfg.logger.Error("snapshot not saved; the log grows until one is", "index", s.index, "err", err)
-				}
-				if s.saved != nil {
-					s.saved <- err
-				}
+			if j.msg != nil {
+				writes = append(writes, j.msg)
 				continue
 			}
-			if err := g.c.persist(j.msg); err != nil {
-				g.fail(fmt.Errorf("raft log write failed: %w", err))
+			if !flush() {
 				return
 			}
-			g.doneQ.push(j.msg)
+			s := j.snap
+			err := g.c.cfg.log.SaveSnapshot(s.index, s.cs, s.data, g.c.cfg.trailing)
+			if err != nil {
+				g.c.cfg.logger.Error("snapshot not saved; the log grows until one is", "index", s.index, "err", err)
+			}
+			if s.saved != nil {
+				s.saved <- err
+			}
+		}
+		if !flush() {
+			return
 		}
 	}
 }
@@ -212,6 +231,13 @@ func (g *group) memberList() []Member {
 	return slices.Clone(g.ms)
 }
 
+// failure is why the node stopped on its own (a failed log write), or nil.
+func (g *group) failure() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
 // deliver hands the loop a message from the network.
 func (g *group) deliver(m *raftpb.Message) {
 	select {
@@ -231,17 +257,20 @@ func (g *group) control(ctx context.Context, f func(*core)) error {
 	case <-g.stop:
 		return ErrStopped
 	case <-g.failed:
-		return g.err
+		return g.failure()
 	}
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-g.stop:
-		return ErrStopped
-	case <-g.failed:
-		return g.err
+	case <-g.loopDone:
+		select {
+		case <-done:
+			return nil
+		default:
+			return ErrStopped
+		}
 	}
 }
 
@@ -255,11 +284,21 @@ func (g *group) submit(ctx context.Context, ch chan *request, req *request) outc
 	case <-g.stop:
 		return outcome{err: ErrStopped}
 	case <-g.failed:
-		return outcome{err: g.err}
+		return outcome{err: g.failure()}
 	}
 	select {
 	case o := <-req.done:
 		return o
+	case <-g.loopDone: // every request the loop took is answered; one still queued never will be
+		select {
+		case o := <-req.done:
+			return o
+		default:
+			if err := g.failure(); err != nil {
+				return outcome{err: err}
+			}
+			return outcome{err: ErrStopped}
+		}
 	case <-ctx.Done():
 		if ch == g.reads {
 			return outcome{err: ctx.Err()}

@@ -146,10 +146,11 @@ func (n *Node) open() error {
 	if n.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
 		return err
 	}
-	if err := checkFormat(cfg.DataDir); err != nil {
+	created, err := checkFormat(cfg.DataDir)
+	if err != nil {
 		return err
 	}
-	boot, err := n.openLog()
+	boot, err := n.openLog(created)
 	if err != nil {
 		return err
 	}
@@ -232,11 +233,21 @@ func (n *Node) open() error {
 	return nil
 }
 
-// openLog opens the raft log, or creates it on a first start, and returns
-// the members to bootstrap (none unless the log is new).
-func (n *Node) openLog() ([]Member, error) {
+// openLog opens the raft log, or creates it on a first start (fresh: the
+// data dir is new), and returns the members to bootstrap (none unless the
+// log is new). A data dir that has lived but lost its raft log is refused:
+// a member that starts again with an empty log would vote and acknowledge
+// as if it had never promised anything, and with the bootstrap list it
+// would even count as a voter at once (an acknowledged write can be lost).
+func (n *Node) openLog(fresh bool) ([]Member, error) {
 	cfg := n.cfg
 	dir := filepath.Join(cfg.DataDir, raftDir)
+	if !fresh && !raftstore.Exists(dir) {
+		return nil, fmt.Errorf("data dir %s has a %s file but no raft log (%s): it was this node's, and its log is lost; "+
+			"a member must never come back without its log. Remove it from the cluster (fence members remove %s), "+
+			"then start it on an empty --data-dir with --join; a single node, or a node that never finished its first start: start on an empty --data-dir (see README, Operations)",
+			cfg.DataDir, formatFile, dir, cfg.Name)
+	}
 	if raftstore.Exists(dir) {
 		var err error
 		if n.store, err = raftstore.Open(dir, n.log); err != nil {

@@ -30,6 +30,9 @@ type proposer struct {
 type proposal struct {
 	cmd  fsm.Command
 	done chan proposalResult // buffered, 1
+	// taken: a batch holds it (set by the proposer's goroutine; read by
+	// others only after that goroutine has ended).
+	taken bool
 	// also are renewals of the same lease that arrived while this one
 	// waited in the batch: one Renew, applied after all of them arrived,
 	// answers them all (a lease renewed later than asked is still renewed
@@ -110,6 +113,12 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 		}
 		select {
 		case out[i] = <-pr.done:
+		case <-p.done: // batching ended: a proposal no batch took never reached raft
+			if pr.taken {
+				out[i] = <-pr.done // its batch's outcome comes
+			} else {
+				out[i].err = ErrStopped
+			}
 		case <-ctx.Done():
 			out[i].err = fmt.Errorf("%w (%v)", ErrIndeterminate, ctx.Err())
 		}
@@ -126,6 +135,7 @@ func (p *proposer) gather(first *proposal) []*proposal {
 	size := 0  // the batch's size, roughly: bounds the entry
 	renewals := map[fsm.LeaseID]*proposal{}
 	add := func(pr *proposal) {
+		pr.taken = true
 		taken++
 		size += commandSize(&pr.cmd)
 		if pr.cmd.Kind == fsm.KindRenew {

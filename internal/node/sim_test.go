@@ -57,7 +57,7 @@ type simNode struct {
 	rep    *replica
 	epoch  int // bumped on crash: events of an earlier life are dropped
 	writes []appendJob
-	busy   bool          // a write is in progress (its completion is scheduled)
+	busy   int           // writes[:busy] are in progress (their completion is scheduled)
 	stall  time.Duration // writes do not complete before this time
 	member bool          // in the group (spares join later)
 }
@@ -151,7 +151,7 @@ func (s *sim) start(n *simNode, boot []Member) {
 		s.check.fail("%s does not start: %v", n.name, err)
 		return
 	}
-	n.c, n.busy, n.writes = c, false, nil
+	n.c, n.busy, n.writes = c, 0, nil
 	s.logf("%s up (applied %d)", n.name, c.applied)
 	var tick func()
 	drift := s.between(simTick*9/10, simTick*11/10) // clocks run at slightly different rates
@@ -169,14 +169,18 @@ func (s *sim) crash(n *simNode) {
 	if n.c == nil {
 		return
 	}
-	if n.busy && len(n.writes) > 0 && n.writes[0].msg != nil {
-		ents := n.writes[0].msg.GetEntries()
+	if n.busy > 0 && n.writes[0].msg != nil {
+		var ents []*raftpb.Entry
+		for _, j := range n.writes[:n.busy] {
+			ents = mergeEntries(ents, j.msg.GetEntries())
+		}
 		k := s.rng.IntN(len(ents) + 1)
 		n.log.tear(ents, k)
 		s.logf("%s crash tears a write: %d of %d entries reached the disk", n.name, k, len(ents))
 	}
+	n.log.crash()
 	n.c.stop()
-	n.c, n.writes, n.busy = nil, nil, false
+	n.c, n.writes, n.busy = nil, nil, 0
 	n.epoch++
 	s.logf("%s crashed", n.name)
 }
@@ -198,35 +202,48 @@ func (s *sim) process(n *simNode) {
 	s.nextWrite(n)
 }
 
-// nextWrite schedules the completion of the node's next write.
+// nextWrite schedules the completion of the node's next write: every
+// queued log write up to the next snapshot as one (as the append worker
+// does), or that snapshot.
 func (s *sim) nextWrite(n *simNode) {
-	if n.busy || len(n.writes) == 0 {
+	if n.busy > 0 || len(n.writes) == 0 {
 		return
 	}
-	n.busy = true
+	n.busy = 1
+	if n.writes[0].msg != nil {
+		for n.busy < len(n.writes) && n.writes[n.busy].msg != nil {
+			n.busy++
+		}
+	}
 	d := s.between(200*time.Microsecond, 2*time.Millisecond)
 	if wait := n.stall - s.now; wait > d {
 		d = wait
 	}
 	s.at(n, d, func() {
-		j := n.writes[0]
-		n.writes = n.writes[1:]
-		n.busy = false
-		if j.snap != nil {
+		batch := n.writes[:n.busy]
+		n.writes = n.writes[n.busy:]
+		n.busy = 0
+		if j := batch[0]; j.snap != nil {
 			if err := n.log.SaveSnapshot(j.snap.index, j.snap.cs, j.snap.data, n.c.cfg.trailing); err != nil {
 				s.check.fail("%s snapshot at %d not saved: %v", n.name, j.snap.index, err)
 			}
 		} else {
-			if err := n.c.persist(j.msg); err != nil {
+			msgs := make([]*raftpb.Message, len(batch))
+			for i, j := range batch {
+				msgs[i] = j.msg
+			}
+			if err := n.c.persist(msgs); err != nil {
 				s.check.fail("%s log write: %v", n.name, err)
 				return
 			}
-			send, err := n.c.persisted(j.msg)
-			if err != nil {
-				s.check.fail("%s after a log write: %v", n.name, err)
-				return
+			for _, m := range msgs {
+				send, err := n.c.persisted(m)
+				if err != nil {
+					s.check.fail("%s after a log write: %v", n.name, err)
+					return
+				}
+				s.route(n, send)
 			}
-			s.route(n, send)
 		}
 		s.process(n)
 	})

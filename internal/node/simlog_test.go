@@ -12,9 +12,27 @@ import (
 // not returned yet) and what a crash in the middle of one leaves (tear).
 type simLog struct {
 	*raft.MemoryStorage
+	synced *raftpb.HardState // the hard state on disk (SetHardState may leave a newer one unsynced)
 }
 
-func newSimLog() *simLog { return &simLog{MemoryStorage: raft.NewMemoryStorage()} }
+func newSimLog() *simLog {
+	return &simLog{MemoryStorage: raft.NewMemoryStorage(), synced: &raftpb.HardState{}}
+}
+
+// SetHardState records hs at once but leaves a commit-only change unsynced:
+// a crash before the next Append loses it (see crash).
+func (l *simLog) SetHardState(hs *raftpb.HardState) error {
+	hs = proto.Clone(hs).(*raftpb.HardState)
+	if hs.GetTerm() != l.synced.GetTerm() || hs.GetVote() != l.synced.GetVote() {
+		l.synced = hs
+	}
+	return l.MemoryStorage.SetHardState(hs)
+}
+
+// crash drops what was not synced.
+func (l *simLog) crash() {
+	_ = l.MemoryStorage.SetHardState(proto.Clone(l.synced).(*raftpb.HardState))
+}
 
 func (l *simLog) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	if !raft.IsEmptySnap(snap) {
@@ -32,8 +50,11 @@ func (l *simLog) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb
 		}
 	}
 	if hs != nil && !raft.IsEmptyHardState(hs) {
-		return l.SetHardState(proto.Clone(hs).(*raftpb.HardState))
+		l.synced = proto.Clone(hs).(*raftpb.HardState)
+		return l.MemoryStorage.SetHardState(proto.Clone(hs).(*raftpb.HardState))
 	}
+	st, _, _ := l.InitialState()
+	l.synced = proto.Clone(st).(*raftpb.HardState) // an Append syncs what SetHardState left
 	return nil
 }
 
@@ -44,11 +65,28 @@ func (l *simLog) tear(ents []*raftpb.Entry, n int) {
 		n = len(ents)
 	}
 	if n > 0 {
+		synced := l.synced
 		_ = l.Append(nil, ents[:n], nil)
+		l.synced = synced
 	}
 }
 
+// SaveSnapshot raises the durable commit index to the snapshot's, as
+// internal/raftstore does (a node applies, and so snapshots, entries whose
+// commit index may not be on disk yet).
 func (l *simLog) SaveSnapshot(index uint64, cs *raftpb.ConfState, data []byte, trailing uint64) error {
+	st, _, _ := l.InitialState()
+	if st.GetCommit() < index {
+		st = proto.Clone(st).(*raftpb.HardState)
+		st.Commit = new(index)
+		if err := l.MemoryStorage.SetHardState(st); err != nil {
+			return err
+		}
+	}
+	if l.synced.GetCommit() < index {
+		l.synced = proto.Clone(l.synced).(*raftpb.HardState)
+		l.synced.Commit = new(index)
+	}
 	if _, err := l.CreateSnapshot(index, proto.Clone(cs).(*raftpb.ConfState), append([]byte(nil), data...)); err != nil {
 		return err
 	}

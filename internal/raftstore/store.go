@@ -277,6 +277,19 @@ func (s *Store) Dir() string { return s.dir }
 // called from one goroutine; it may run concurrently with SaveSnapshot and
 // with reads.
 func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snapshot *raftpb.Snapshot) error {
+	return s.append(hs, ents, snapshot, true)
+}
+
+// SetHardState writes hs like Append, but does not wait for the disk when
+// only the commit index moved: raft needs no durability for a write that
+// nothing waits on (a commit index the leader will tell again; with
+// AsyncStorageWrites, a write without responses). The next synced write
+// makes it durable. A term or vote change is synced all the same.
+func (s *Store) SetHardState(hs *raftpb.HardState) error {
+	return s.append(hs, nil, nil, false)
+}
+
+func (s *Store) append(hs *raftpb.HardState, ents []*raftpb.Entry, snapshot *raftpb.Snapshot, durable bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -363,10 +376,11 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snapshot *raf
 	if err := s.w.Save(walHS, ents); err != nil {
 		return s.fail("append: writing the WAL", err)
 	}
-	// wal.Save syncs whenever it writes entries (raft.MustSync); a hard
-	// state alone may be left unsynced by it (a commit-only change), so it
-	// is synced here: everything Append accepted is durable.
-	if len(ents) == 0 {
+	// wal.Save syncs whenever it writes entries or a new term or vote
+	// (raft.MustSync); a commit-only hard state it leaves unsynced, so
+	// Append syncs it here (everything Append accepted is durable), and
+	// SetHardState leaves it for the next synced write.
+	if len(ents) == 0 && durable {
 		if err := s.w.Sync(); err != nil {
 			return s.fail("append: syncing the WAL", err)
 		}

@@ -21,7 +21,9 @@ func legacyDataDir(t *testing.T) string { return extractDataDir(t, "testdata/leg
 // testdata/format2-hashicorp.tar.gz is a single-node data dir written by the
 // last fence on the hashicorp/raft engine (01eddb7, data format 2: FORMAT,
 // wal/ of raft-wal, snapshots/): three `fence run` grants.
-func format2DataDir(t *testing.T) string { return extractDataDir(t, "testdata/format2-hashicorp.tar.gz") }
+func format2DataDir(t *testing.T) string {
+	return extractDataDir(t, "testdata/format2-hashicorp.tar.gz")
+}
 
 // extractDataDir unpacks a data dir archive into a temp dir.
 func extractDataDir(t *testing.T, archive string) string {
@@ -206,5 +208,24 @@ func TestDataDirInUseIsRefused(t *testing.T) {
 	_, err := New(cfg)
 	if err == nil || !strings.Contains(err.Error(), "in use by another fence process") {
 		t.Fatalf("second server on the same data dir: %v", err)
+	}
+}
+
+// TestLostRaftLogIsRefused: a data dir that has lived (FORMAT) but lost its
+// raft log is refused: the node would come back as a member with no memory
+// of what it voted for and acknowledged (with its bootstrap list, as a
+// voter at once), and a majority of such amnesiacs loses acknowledged writes.
+func TestLostRaftLogIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := newServerOn(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := os.RemoveAll(filepath.Join(dir, "raft")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServerOn(t, dir); err == nil || !strings.Contains(err.Error(), "its log is lost") || !strings.Contains(err.Error(), "--join") {
+		t.Fatalf("a data dir without its raft log was not refused with what to do: %v", err)
 	}
 }

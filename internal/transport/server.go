@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -149,11 +148,27 @@ func (r *receiver) decodeBatch(b *transportpb.Batch) ([]*raftpb.Message, error) 
 	return msgs, nil
 }
 
+// peerMessages are the raft messages one fence member sends another.
+// fence forwards no proposals and reads nothing on followers, so a MsgProp
+// or MsgReadIndex from the network is never a member's (raft would commit a
+// MsgProp as if the leader had proposed it, and panics on an empty one);
+// raft's local messages never cross the network.
+var peerMessages = map[raftpb.MessageType]bool{
+	raftpb.MsgApp: true, raftpb.MsgAppResp: true, raftpb.MsgVote: true, raftpb.MsgVoteResp: true,
+	raftpb.MsgPreVote: true, raftpb.MsgPreVoteResp: true, raftpb.MsgSnap: true,
+	raftpb.MsgHeartbeat: true, raftpb.MsgHeartbeatResp: true, raftpb.MsgTimeoutNow: true,
+}
+
+// PeerMessage reports whether a raft message of type t is one fence
+// members send each other; the transport delivers no other, and the node
+// steps no other from the network.
+func PeerMessage(t raftpb.MessageType) bool { return peerMessages[t] }
+
 // checkMessage checks a decoded message against its stream's sender.
 func (r *receiver) checkMessage(m *raftpb.Message, from uint64) error {
 	t := m.GetType()
-	if _, known := raftpb.MessageType_name[int32(t)]; !known || raft.IsLocalMsg(t) {
-		return status.Errorf(codes.InvalidArgument, "node %d sent a message of type %v, which never crosses the network", from, t)
+	if !PeerMessage(t) {
+		return status.Errorf(codes.InvalidArgument, "node %d sent a message of type %v, which no fence member sends", from, t)
 	}
 	if m.GetFrom() != from || m.GetTo() != r.localID {
 		return status.Errorf(codes.InvalidArgument, "node %d sent a %v from node %d to node %d on its stream to node %d",

@@ -697,7 +697,7 @@ func TestGarbageRefused(t *testing.T) {
 		text  string
 	}{
 		{"garbage message", &transportpb.Batch{ClusterId: 7, From: 1, To: 2, Messages: [][]byte{{0xff, 0xff, 0xff, 0xff, 0x0f}}}, codes.InvalidArgument, "does not decode"},
-		{"local message type", &transportpb.Batch{ClusterId: 7, From: 1, To: 2, Messages: [][]byte{hup}}, codes.InvalidArgument, "never crosses the network"},
+		{"local message type", &transportpb.Batch{ClusterId: 7, From: 1, To: 2, Messages: [][]byte{hup}}, codes.InvalidArgument, "no fence member sends"},
 		{"message from someone else", &transportpb.Batch{ClusterId: 7, From: 3, To: 2, Messages: [][]byte{good}}, codes.InvalidArgument, "from node 1"},
 		{"no sender", &transportpb.Batch{ClusterId: 7, To: 2}, codes.InvalidArgument, "no sender"},
 		{"same id", &transportpb.Batch{ClusterId: 7, From: 2, To: 2}, codes.FailedPrecondition, "node id conflict"},
