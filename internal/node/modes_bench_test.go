@@ -40,13 +40,9 @@ var (
 //
 //   - async: the package's own engine, newCore under a group (loop goroutine
 //     and append worker), raft with AsyncStorageWrites: log writes go to the
-//     append worker and raft keeps stepping while they are fsynced.
-//   - async-coalesce, async-coalesce-mustsync: experiments, not the engine
-//     as it is: the same, but the append worker merges the writes queued
-//     while it was busy into one Append (one fsync) instead of making each
-//     its own; and with mustsync, it does not write a hard state whose
-//     only change is the commit index (it goes with the next write), which
-//     is what raft's Ready.MustSync allows and etcd's WAL does.
+//     append worker and raft keeps stepping while they are fsynced; the
+//     worker makes everything queued one write, and leaves a write nothing
+//     waits on (the commit index moving) unsynced.
 //   - readyadvance: raft's classic Ready/Advance mode, driven here the way
 //     etcd's etcdserver/raft.go does it: per Ready a leader sends its
 //     messages first (Raft thesis 10.2.1: it writes its log in parallel with
@@ -70,9 +66,7 @@ func BenchmarkModes(b *testing.B) {
 		name  string
 		start func(id uint64, log Log, peers []uint64) benchNode
 	}{
-		{"async", asyncBenchNodes(false, false)},
-		{"async-coalesce", asyncBenchNodes(true, false)},
-		{"async-coalesce-mustsync", asyncBenchNodes(true, true)},
+		{"async", func(id uint64, log Log, peers []uint64) benchNode { return newAsyncBenchNode(id, log, peers) }},
 		{"readyadvance", readyBenchNodes(false)},
 		{"readyadvance-mustsync", readyBenchNodes(true)},
 	}
@@ -293,20 +287,10 @@ func (l countingLog) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 	return l.Store.Append(hs, ents, snap)
 }
 
-// asyncBenchNode is the package's engine: a core under a group, with the
-// group's append worker or (coalesce) coalescingAppendWorker.
+// asyncBenchNode is the package's engine: a core under a group.
 type asyncBenchNode struct {
-	g                  *group
-	sm                 *countingSM
-	coalesce, mustSync bool
-}
-
-func asyncBenchNodes(coalesce, mustSync bool) func(uint64, Log, []uint64) benchNode {
-	return func(id uint64, log Log, peers []uint64) benchNode {
-		n := newAsyncBenchNode(id, log, peers)
-		n.coalesce, n.mustSync = coalesce, mustSync
-		return n
-	}
+	g  *group
+	sm *countingSM
 }
 
 // countingSM is a state machine that only counts what it applies.
@@ -335,78 +319,7 @@ func newAsyncBenchNode(id uint64, log Log, peers []uint64) *asyncBenchNode {
 	return &asyncBenchNode{g: newGroup(c, benchTick), sm: sm}
 }
 
-func (n *asyncBenchNode) start(net *benchNet) {
-	if !n.coalesce {
-		n.g.start(net)
-		return
-	}
-	g := n.g // as group.start, with the other worker
-	g.trans = net
-	g.wg.Add(2)
-	go func() { defer g.wg.Done(); g.loop() }()
-	go func() { defer g.wg.Done(); coalescingAppendWorker(g, n.mustSync) }()
-}
-
-// coalescingAppendWorker is group.appendWorker making all the log writes it
-// finds queued durable with one Append: the last hard state, and the
-// entries with later writes' truncations applied. With mustSync, a hard
-// state that changes only the commit index, with no entries, is held back
-// and written with the next Append. It handles no snapshots (the benchmark
-// takes and sends none).
-func coalescingAppendWorker(g *group, mustSync bool) {
-	var prev, held *raftpb.HardState // the last hard state seen; one not yet written
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-g.failed:
-			return
-		case <-g.appendQ.ready:
-		}
-		var (
-			hs   *raftpb.HardState
-			ents []*raftpb.Entry
-			msgs []*raftpb.Message
-		)
-		for _, j := range g.appendQ.take() {
-			m := j.msg
-			if j.snap != nil || !raft.IsEmptySnap(m.GetSnapshot()) {
-				g.fail(errors.New("coalescingAppendWorker: snapshots are not supported"))
-				return
-			}
-			if m.Term != nil || m.Vote != nil || m.Commit != nil { // as core.persist
-				hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-			}
-			if es := m.GetEntries(); len(es) > 0 {
-				if len(ents) > 0 { // a later write replaces the entries from its first index on
-					keep := max(0, min(int64(len(ents)), int64(es[0].GetIndex())-int64(ents[0].GetIndex())))
-					ents = ents[:keep]
-				}
-				ents = append(ents, es...)
-			}
-			msgs = append(msgs, m)
-		}
-		switch {
-		case mustSync && len(ents) == 0 && hs != nil && !raft.MustSync(hs, prev, 0):
-			held = hs
-		case hs != nil || len(ents) > 0:
-			if hs == nil {
-				hs = held
-			}
-			held = nil
-			if err := g.c.cfg.log.Append(hs, ents, nil); err != nil {
-				g.fail(fmt.Errorf("raft log write failed: %w", err))
-				return
-			}
-		}
-		if hs != nil {
-			prev = hs
-		}
-		for _, m := range msgs {
-			g.doneQ.push(m)
-		}
-	}
-}
+func (n *asyncBenchNode) start(net *benchNet) { n.g.start(net) }
 
 func (n *asyncBenchNode) inbox() chan *raftpb.Message { return n.g.inbox }
 func (n *asyncBenchNode) isLeader() bool              { return n.g.status.Load().state == raft.StateLeader }
