@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -170,8 +171,11 @@ func (s *sim) crash(n *simNode) {
 		return
 	}
 	if n.busy > 0 && n.writes[0].msg != nil {
-		var ents []*raftpb.Entry
+		var ents []*raftpb.Entry // what the write would have left, up to a leader's snapshot (written on its own)
 		for _, j := range n.writes[:n.busy] {
+			if !raft.IsEmptySnap(j.msg.GetSnapshot()) {
+				break
+			}
 			ents = mergeEntries(ents, j.msg.GetEntries())
 		}
 		k := s.rng.IntN(len(ents) + 1)
@@ -267,6 +271,13 @@ func (s *sim) route(from *simNode, msgs []*raftpb.Message) {
 			})
 		}
 		if lost {
+			if to != nil { // the transport reports a message it could not deliver
+				id := to.id
+				s.at(from, s.between(time.Millisecond, 20*time.Millisecond), func() {
+					from.c.rn.ReportUnreachable(id)
+					s.process(from)
+				})
+			}
 			continue
 		}
 		copies := 1
@@ -348,8 +359,13 @@ func (s *sim) run() {
 }
 
 // step runs one event; a panic (raft's own invariant checks, say) is a
-// violation like any other.
+// violation like any other. FENCE_SIM_PANIC=1 lets it through, with its
+// stack, for debugging a seed.
 func (s *sim) step(fn func()) {
+	if os.Getenv("FENCE_SIM_PANIC") != "" {
+		fn()
+		return
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			s.check.fail("panic: %v", r)

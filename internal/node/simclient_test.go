@@ -58,7 +58,7 @@ func (c *simClient) rid() (r fsm.RequestID) {
 // next starts the client's next call.
 func (c *simClient) next() {
 	s := c.s
-	if s.quiet && s.now > s.cfg.duration+3*time.Second {
+	if s.now > s.cfg.duration+3*time.Second {
 		return
 	}
 	if len(c.past) > 0 && s.rng.Float64() < 0.05 {
@@ -106,8 +106,15 @@ func (c *simClient) someHeld() string {
 }
 
 // send sends the call in flight to the node the client believes leads.
+// Late in the quiet period a client stops (its call's outcome unknown), so
+// that the members have time to apply everything acknowledged before the
+// end of the run is checked.
 func (c *simClient) send() {
 	s, op := c.s, c.op
+	if s.now > s.cfg.duration+3*time.Second {
+		c.finish(nil, true)
+		return
+	}
 	n := s.leader()
 	if n == nil || s.rng.Float64() < 0.1 {
 		up := s.up()
