@@ -127,6 +127,9 @@ type core struct {
 	term    uint64
 	leading bool // leader, and its own term's first entry is applied
 	hasLed  bool // has been leading (read only by a planted bug)
+	// campaign: this node became the only voter; it campaigns once raft
+	// has heard the change is applied
+	campaign bool
 
 	nextID    uint64              // last proposal or read id used
 	proposals map[uint64]*request // by proposal id, until applied or given up
@@ -323,6 +326,12 @@ func (c *core) ready() (send []*raftpb.Message, appends []*raftpb.Message) {
 				c.applyEntries(m.GetEntries())
 				for _, r := range m.GetResponses() {
 					c.stepLocal(r)
+				}
+				if c.campaign { // now that raft knows the change is applied
+					c.campaign = false
+					if c.state != raft.StateLeader {
+						_ = c.rn.Campaign()
+					}
 				}
 			default:
 				send = append(send, m)
@@ -578,6 +587,9 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
 		c.cfg.logger.Error("membership change without a readable member", "index", e.GetIndex(), "err", err)
 	}
 	c.cs = c.rn.ApplyConfChange(cc)
+	if v := c.cs.GetVoters(); len(v) == 1 && v[0] == c.cfg.id && c.state != raft.StateLeader {
+		c.campaign = true // the only voter waits for no one (a new single node, a group shrunk to one)
+	}
 	for _, ch := range v2.GetChanges() {
 		switch ch.GetType() {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:

@@ -225,7 +225,8 @@ func (n *Node) open() error {
 	go func() { defer n.wg.Done(); n.promoteLearners(ctx) }()
 	g.start(trans)
 	_ = g.control(ctx, func(c *core) { // a single voter waits for no one: elect it now
-		if v := c.rn.Status().Config.Voters[0]; len(v) == 1 && hasID(v, n.id) {
+		// (unless it has configuration to apply first: it campaigns after, core.applyConfChange)
+		if st := c.rn.Status(); len(st.Config.Voters[0]) == 1 && hasID(st.Config.Voters[0], n.id) && st.Applied >= st.GetCommit() {
 			_ = c.rn.Campaign()
 		}
 	})
