@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates fence.pb.go and fence_grpc.pb.go from fence.proto with pinned tools:
+# Regenerates the Go code of fence's two protocols with pinned tools: the API
+# (api/fence.proto → fence.pb.go, fence_grpc.pb.go) and the raft transport
+# (internal/transport/transportpb/transport.proto → transport.pb.go,
+# transport_grpc.pb.go):
 #   protoc 3.21.12 (Debian bookworm package protobuf-compiler),
 #   protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1.
 # Usage: api/generate.sh   (installs the Go plugins into a temporary GOBIN)
@@ -12,7 +15,11 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 GOBIN=$bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GOBIN=$bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
-PATH=$bin:$PATH protoc -I . -I /usr/include \
-  --go_out=. --go_opt=paths=source_relative \
-  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-  fence.proto
+gen() { # dir proto
+  (cd "$1" && PATH=$bin:$PATH protoc -I . -I /usr/include \
+    --go_out=. --go_opt=paths=source_relative \
+    --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+    "$2")
+}
+gen . fence.proto
+gen ../internal/transport/transportpb transport.proto

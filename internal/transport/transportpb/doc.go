@@ -1,5 +1,6 @@
 // Package transportpb holds the wire protocol of fence's raft transport:
 // transport.proto and the Go code generated from it (transport.pb.go,
-// transport_grpc.pb.go). Regenerate with ./generate.sh, which pins protoc and
-// the plugin versions. Only package transport uses it.
+// transport_grpc.pb.go). Regenerate with api/generate.sh (it regenerates the
+// API too), which pins protoc and the plugin versions. Only package transport
+// uses it.
 package transportpb
