@@ -169,24 +169,8 @@ func newCore(cfg coreConfig, boot []Member, idSeed uint64) (*core, error) {
 			return nil, err
 		}
 	}
-	rc := &raft.Config{
-		ID:                        cfg.id,
-		ElectionTick:              cfg.electionTick,
-		HeartbeatTick:             cfg.heartbeatTick,
-		Storage:                   cfg.log,
-		Applied:                   c.applied,
-		AsyncStorageWrites:        true,
-		MaxSizePerMsg:             1 << 20,
-		MaxCommittedSizePerReady:  64 << 20,
-		MaxUncommittedEntriesSize: 256 << 20,
-		MaxInflightMsgs:           256,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		DisableProposalForwarding: true,
-		StepDownOnRemoval:         true,
-		Logger:                    raftLogger{cfg.logger, cfg.raftLogLevel},
-	}
+	rc := raftConfig(cfg.id, cfg.log, cfg.electionTick, cfg.heartbeatTick, raftLogger{cfg.logger, cfg.raftLogLevel})
+	rc.Applied, rc.AsyncStorageWrites = c.applied, true
 	if c.rn, err = raft.NewRawNode(rc); err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
@@ -204,6 +188,29 @@ func newCore(cfg coreConfig, boot []Member, idSeed uint64) (*core, error) {
 		}
 	}
 	return c, nil
+}
+
+// raftConfig is fence's raft settings: CheckQuorum and PreVote, reads
+// confirmed by a quorum (ReadIndex), no proposal forwarding (only the
+// leader takes commands), a removed leader steps down, and bounded messages,
+// batches and uncommitted log.
+func raftConfig(id uint64, log raft.Storage, electionTick, heartbeatTick int, logger raft.Logger) *raft.Config {
+	return &raft.Config{
+		ID:                        id,
+		ElectionTick:              electionTick,
+		HeartbeatTick:             heartbeatTick,
+		Storage:                   log,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: 256 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    logger,
+	}
 }
 
 // tick advances raft's logical clock by one tick.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -58,17 +59,10 @@ func decodeContext(b []byte) (memberContext, error) {
 // conf changes and carried in snapshots. Owned by the loop goroutine.
 type members map[uint64]Member
 
-func (ms members) sorted() []Member {
-	return slices.SortedFunc(maps.Values(ms), func(a, b Member) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-}
+func (ms members) sorted() []Member { return slices.SortedFunc(maps.Values(ms), byName) }
+
+// byName orders members by name.
+func byName(a, b Member) int { return cmp.Compare(a.Name, b.Name) }
 
 // A snapshot's data is the member list and the state machine's snapshot:
 // snapshotMagic, a uvarint length and the members as JSON, then the state.

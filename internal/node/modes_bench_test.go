@@ -361,23 +361,7 @@ type readyBenchNode struct {
 }
 
 func newReadyBenchNode(id uint64, log Log, peers []uint64, mustSync bool) *readyBenchNode {
-	// newCore's settings, with AsyncStorageWrites off.
-	rn, err := raft.NewRawNode(&raft.Config{
-		ID:                        id,
-		ElectionTick:              10,
-		HeartbeatTick:             1,
-		Storage:                   log,
-		MaxSizePerMsg:             1 << 20,
-		MaxCommittedSizePerReady:  64 << 20,
-		MaxUncommittedEntriesSize: 256 << 20,
-		MaxInflightMsgs:           256,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		DisableProposalForwarding: true,
-		StepDownOnRemoval:         true,
-		Logger:                    benchRaftLog,
-	})
+	rn, err := raft.NewRawNode(raftConfig(id, log, 10, 1, benchRaftLog)) // newCore's settings, AsyncStorageWrites off
 	if err == nil {
 		ps := make([]raft.Peer, len(peers))
 		for i, p := range peers {

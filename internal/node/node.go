@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencehq/fence/internal/audit"
 	"github.com/fencehq/fence/internal/clock"
@@ -292,15 +291,7 @@ func (n *Node) openLog(fresh bool) ([]Member, error) {
 // id on its own and two groups with different lists never talk.
 func ClusterIDOf(ms []Member) uint64 {
 	list := slices.Clone(ms)
-	slices.SortFunc(list, func(a, b Member) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(list, byName)
 	var b []byte
 	for _, m := range list {
 		b = append(b, m.Name...)
@@ -530,17 +521,6 @@ func (n *Node) Close() error {
 	return n.err
 }
 
-// Gauge returns a function that reads f of the state (for metrics).
-func (n *Node) Gauge(f func(*fsm.State) int) func() float64 {
-	return func() float64 {
-		var v int
-		n.replica.read(func(st *fsm.State) { v = f(st) })
-		return float64(v)
-	}
-}
-
-var _ raftpb.ConfChangeI = (*raftpb.ConfChangeV2)(nil)
-
 func hasID(set map[uint64]struct{}, id uint64) bool {
 	_, ok := set[id]
 	return ok
@@ -550,8 +530,8 @@ func hasID(set map[uint64]struct{}, id uint64) bool {
 // with nothing between them. Each is validated first.
 func (n *Node) ProposeEntry(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
 	for i := range cmds {
-		if err := cmds[i].Validate(); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+		if err := validate(&cmds[i]); err != nil {
+			return nil, err
 		}
 	}
 	o := n.group.propose(ctx, fsm.EncodeBatch(nil, cmds))

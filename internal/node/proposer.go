@@ -14,6 +14,15 @@ import (
 // is refused alone instead of making its whole batch undecodable.
 var ErrInvalidCommand = errors.New("invalid command")
 
+// validate refuses, as ErrInvalidCommand, a command the state machine
+// would not decode.
+func validate(cmd *fsm.Command) error {
+	if err := cmd.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+	}
+	return nil
+}
+
 // proposer packs concurrent commands into one raft entry each round: while
 // one batch is being committed the next one fills up, so the batch size
 // adapts to the load (one command alone when idle, hundreds under load).
@@ -88,8 +97,8 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 	out := make([]proposalResult, len(cmds))
 	prs := make([]*proposal, len(cmds))
 	for i := range cmds {
-		if err := cmds[i].Validate(); err != nil {
-			out[i].err = fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+		if err := validate(&cmds[i]); err != nil {
+			out[i].err = err
 			continue
 		}
 		pr := &proposal{cmd: cmds[i], done: make(chan proposalResult, 1)}

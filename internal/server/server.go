@@ -76,11 +76,10 @@ func (s *Server) open() error {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener on %s: %w", cfg.GRPCAddr, err)
 	}
-	var gauges metrics.Gauges
 	s.metrics = metrics.NewServer(reg, metrics.Gauges{
-		Leases:   func() float64 { return gauges.Leases() },
-		Locks:    func() float64 { return gauges.Locks() },
-		Waiters:  func() float64 { return gauges.Waiters() },
+		Leases:   s.gauge(func(st *fsm.State) int { return st.NumLeases() }),
+		Locks:    s.gauge(func(st *fsm.State) int { return st.NumLocks() }),
+		Waiters:  s.gauge(func(st *fsm.State) int { return st.NumWaiters() }),
 		IsLeader: func() float64 { return map[bool]float64{true: 1}[s.Ready()] },
 	})
 	raftLevel, err := node.ParseRaftLogLevel(cfg.RaftLogLevel)
@@ -102,11 +101,6 @@ func (s *Server) open() error {
 	}
 	if s.node, err = node.New(ncfg); err != nil {
 		return err
-	}
-	gauges = metrics.Gauges{
-		Leases:  s.node.Gauge(func(st *fsm.State) int { return st.NumLeases() }),
-		Locks:   s.node.Gauge(func(st *fsm.State) int { return st.NumLocks() }),
-		Waiters: s.node.Gauge(func(st *fsm.State) int { return st.NumWaiters() }),
 	}
 
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
@@ -146,6 +140,17 @@ func (s *Server) open() error {
 	}
 	s.log.Info("fence serving", "grpc", s.GRPCAddr(), "metrics", s.MetricsAddr(), "raft", s.node.RaftAddr(), "data_dir", cfg.DataDir)
 	return nil
+}
+
+// gauge reads f of this node's state for a metric (0 before the node runs).
+func (s *Server) gauge(f func(*fsm.State) int) func() float64 {
+	return func() float64 {
+		var v int
+		if s.node != nil {
+			s.node.View(func(st *fsm.State) { v = f(st) })
+		}
+		return float64(v)
+	}
 }
 
 // Ready reports whether this node is the leader and has taken over: it
