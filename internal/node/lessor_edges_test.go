@@ -1,6 +1,8 @@
 package node
 
 import (
+	"go.uber.org/goleak"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -289,5 +291,21 @@ func TestLessorLogsBounded(t *testing.T) {
 	ls.step(context.Background())
 	if n := h.count("tick not committed"); n != 1 {
 		t.Fatalf("a tick that did not commit logged %d warnings, want 1", n)
+	}
+}
+
+// TestLessorIdleTickStartsNothing: a tick with no duties due starts no
+// goroutine and leaves the duties slot free, tick after tick (a duties
+// goroutine for an empty batch would give back a slot it never took, and
+// block forever).
+func TestLessorIdleTickStartsNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ls := newTestLessor(clocktest.New())
+	ls.activate(fsm.New())
+	for range 5 {
+		ls.step(t.Context())
+		if len(ls.duties) != 0 {
+			t.Fatalf("the duties slot is held after a tick with nothing due")
+		}
 	}
 }
