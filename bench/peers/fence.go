@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,19 +21,41 @@ type Fence struct {
 }
 
 // BuildFence builds cmd/fence into dir, inside fence's own module (the one
-// go.mod's replace points at), so it gets exactly fence's dependencies.
-func BuildFence(dir string) (string, error) {
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/fencehq/fence").Output()
+// go.mod's replace points at), so it gets exactly fence's dependencies. With
+// a rev (a commit, tag or branch of that module's git repository) it builds
+// that revision instead of the working tree, from a `git archive` of it
+// extracted under dir: to measure an earlier fence in the same run.
+func BuildFence(dir, rev string) (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/fencehq/fence").Output()
 	if err != nil {
 		return "", fmt.Errorf("find the fence module: %w", err)
 	}
-	bin := filepath.Join(dir, "fence")
+	src, bin := strings.TrimSpace(string(out)), filepath.Join(dir, "fence")
+	if rev != "" {
+		bin = filepath.Join(dir, "fence@"+rev)
+		tree := filepath.Join(dir, "src@"+rev)
+		if err := os.MkdirAll(tree, 0o755); err != nil {
+			return "", err
+		}
+		archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", src, rev, tree)
+		if out, err := archive.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("git archive %s of %s: %v\n%s", rev, src, err, out)
+		}
+		src = tree
+	}
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fence")
-	cmd.Dir = strings.TrimSpace(string(root))
+	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build fence: %v\n%s", err, out)
+		return "", fmt.Errorf("go build fence%s: %v\n%s", revSuffix(rev), err, out)
 	}
 	return bin, nil
+}
+
+func revSuffix(rev string) string {
+	if rev == "" {
+		return ""
+	}
+	return "@" + rev
 }
 
 // StartFence starts nodes on 127.0.0.1 (gRPC basePort+10i, metrics +1,

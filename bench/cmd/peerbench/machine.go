@@ -13,18 +13,24 @@ import (
 )
 
 // Machine is what bounds every system here, measured in the same run: the
-// cores, a loopback TCP round trip, and one 4 KiB write + fdatasync on the
-// disk that holds the data dirs.
+// cores, a loopback TCP round trip (back to back, and after an idle gap,
+// when the threads on both ends have gone to sleep and must be woken: what
+// each message of a call that waits on another process pays), and one
+// 4 KiB write + fdatasync on the disk that holds the data dirs.
 type Machine struct {
-	Host          string  `json:"host"`
-	Cores         int     `json:"cores"`
-	LoopbackRTTus float64 `json:"loopback_rtt_p50_us"`
-	FdatasyncUs   float64 `json:"fdatasync_p50_us"`
+	Host              string  `json:"host"`
+	Cores             int     `json:"cores"`
+	LoopbackRTTus     float64 `json:"loopback_rtt_p50_us"`
+	IdleLoopbackRTTus float64 `json:"idle_loopback_rtt_p50_us"`
+	FdatasyncUs       float64 `json:"fdatasync_p50_us"`
 }
 
+// idleGap is the pause before each idle round trip.
+const idleGap = 500 * time.Microsecond
+
 func (m Machine) String() string {
-	return fmt.Sprintf("%s, %d cores; loopback TCP round trip p50 %.0f µs; 4 KiB write+fdatasync p50 %.0f µs",
-		m.Host, m.Cores, m.LoopbackRTTus, m.FdatasyncUs)
+	return fmt.Sprintf("%s, %d cores; loopback TCP round trip p50 %.0f µs (%.0f µs after %v idle); 4 KiB write+fdatasync p50 %.0f µs",
+		m.Host, m.Cores, m.LoopbackRTTus, m.IdleLoopbackRTTus, idleGap, m.FdatasyncUs)
 }
 
 func measureMachine(dir string) (Machine, error) {
@@ -32,17 +38,24 @@ func measureMachine(dir string) (Machine, error) {
 	b, _ := os.ReadFile("/proc/cpuinfo")
 	m := Machine{Host: host, Cores: strings.Count(string(b), "processor\t:")}
 	var err error
-	if m.LoopbackRTTus, err = loopbackRTT(2000); err != nil {
+	if m.LoopbackRTTus, err = loopbackRTT(2000, 0); err != nil {
+		return m, err
+	}
+	if m.IdleLoopbackRTTus, err = loopbackRTT(1000, idleGap); err != nil {
 		return m, err
 	}
 	m.FdatasyncUs, err = fdatasync(filepath.Join(dir, "fdatasync-probe"), 1000)
 	return m, err
 }
 
-// p50us times op n times and returns the median in microseconds.
-func p50us(n int, op func() error) (float64, error) {
+// p50us times op n times, each after a pause of gap (not timed), and
+// returns the median in microseconds.
+func p50us(n int, gap time.Duration, op func() error) (float64, error) {
 	d := make([]time.Duration, n)
 	for i := range d {
+		if gap > 0 {
+			time.Sleep(gap)
+		}
 		start := time.Now()
 		if err := op(); err != nil {
 			return 0, err
@@ -53,8 +66,8 @@ func p50us(n int, op func() error) (float64, error) {
 	return float64(d[n/2]) / float64(time.Microsecond), nil
 }
 
-// loopbackRTT pings a one-byte echo over 127.0.0.1 n times.
-func loopbackRTT(n int) (float64, error) {
+// loopbackRTT pings a one-byte echo over 127.0.0.1 n times, gap apart.
+func loopbackRTT(n int, gap time.Duration) (float64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -74,7 +87,7 @@ func loopbackRTT(n int) (float64, error) {
 	}
 	defer c.Close()
 	buf := make([]byte, 1)
-	return p50us(n, func() error {
+	return p50us(n, gap, func() error {
 		if _, err := c.Write(buf); err != nil {
 			return err
 		}
@@ -92,7 +105,7 @@ func fdatasync(path string, n int) (float64, error) {
 	defer os.Remove(path)
 	defer f.Close()
 	block := make([]byte, 4096)
-	return p50us(n, func() error {
+	return p50us(n, 0, func() error {
 		if _, err := f.Write(block); err != nil {
 			return err
 		}

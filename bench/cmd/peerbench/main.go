@@ -74,7 +74,7 @@ func main() {
 		etcdMember(os.Args[2:])
 		return
 	}
-	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order")
+	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run)")
 	runs := flag.Int("runs", 3, "rounds (each system fresh in each); medians are over these")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
 	only := flag.String("scenarios", "", "comma-separated subset of: "+names())
@@ -122,11 +122,22 @@ type system interface {
 	Stop()
 }
 
-func start(name, dir, fenceBin, self string) (system, error) {
+// fenceRev is the revision a system name fence@REV asks for ("" for fence,
+// the working tree); ok is false for the other systems.
+func fenceRev(name string) (rev string, ok bool) {
+	if name == "fence" {
+		return "", true
+	}
+	rev, ok = strings.CutPrefix(name, "fence@")
+	return rev, ok && rev != ""
+}
+
+func start(name, dir string, fenceBins map[string]string, self string) (system, error) {
 	const ttl = 10 * time.Second
+	if _, ok := fenceRev(name); ok {
+		return peers.StartFence(fenceBins[name], dir, 3, 17300, ttl)
+	}
 	switch name {
-	case "fence":
-		return peers.StartFence(fenceBin, dir, 3, 17300, ttl)
 	case "etcd":
 		return peers.StartEtcd(self, dir, 17400, ttl)
 	case "redis":
@@ -134,7 +145,7 @@ func start(name, dir, fenceBin, self string) (system, error) {
 	case "redis-fsync":
 		return peers.StartRedis(dir, 17501, ttl, true)
 	}
-	return nil, fmt.Errorf("unknown system %q (fence, etcd, redis, redis-fsync)", name)
+	return nil, fmt.Errorf("unknown system %q (fence, fence@REV, etcd, redis, redis-fsync)", name)
 }
 
 // options are the command line's choices.
@@ -163,9 +174,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	fenceBin, err := peers.BuildFence(tmp)
-	if err != nil {
-		return err
+	fenceBins := map[string]string{}
+	for _, name := range systems {
+		if rev, ok := fenceRev(name); ok && fenceBins[name] == "" {
+			if fenceBins[name], err = peers.BuildFence(tmp, rev); err != nil {
+				return err
+			}
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -181,7 +196,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	b := &bencher{o: o, scenarios: chosen, tmp: tmp, fenceBin: fenceBin, self: self,
+	b := &bencher{o: o, scenarios: chosen, tmp: tmp, fenceBins: fenceBins, self: self,
 		res: &Results{Machine: m, Command: strings.Join(os.Args, " "), Started: time.Now(), Scenarios: chosen,
 			Runs: map[string]map[string][]*bench.Result{}, Failover: map[string][]float64{}, Memory: map[string][]Memory{}}}
 	res := b.res
@@ -220,10 +235,11 @@ func run(ctx context.Context, o options) error {
 
 // bencher runs the chosen scenarios on the systems and collects results.
 type bencher struct {
-	o                   options
-	scenarios           []scenario
-	tmp, fenceBin, self string
-	res                 *Results
+	o         options
+	scenarios []scenario
+	tmp, self string
+	fenceBins map[string]string // by system name: fence, fence@REV
+	res       *Results
 }
 
 // startIn starts system name with its data in a new dir under tmp.
@@ -232,7 +248,7 @@ func (b *bencher) startIn(name, dir string) (system, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return start(name, dir, b.fenceBin, b.self)
+	return start(name, dir, b.fenceBins, b.self)
 }
 
 // round measures every scenario on one freshly started system; a scenario
