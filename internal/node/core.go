@@ -80,16 +80,25 @@ type outcome struct {
 	err    error
 }
 
-// request is a proposal or read handed to the core; done is buffered (1).
+// request is a proposal or read handed to the core. Its outcome goes to
+// then, if set (called on the loop; it must not block), else to done
+// (buffered, 1).
 type request struct {
 	data []byte               // a proposal's payload; nil for reads and conf changes
 	cc   *raftpb.ConfChangeV2 // a membership change
 	done chan outcome
+	then func(outcome)
 }
 
 func newRequest() *request { return &request{done: make(chan outcome, 1)} }
 
-func (r *request) finish(o outcome) { r.done <- o }
+func (r *request) finish(o outcome) {
+	if r.then != nil {
+		r.then(o)
+		return
+	}
+	r.done <- o
+}
 
 // coreConfig is what a core needs.
 type coreConfig struct {
@@ -429,6 +438,26 @@ func (c *core) persisted(m *raftpb.Message) (send []*raftpb.Message, err error) 
 		}
 	}
 	return send, nil
+}
+
+// remoteResponses takes out of a log write made durable its responses to
+// other members, unless it carries a snapshot (those wait for the loop to
+// restore it). It touches only m, so the append worker calls it.
+func (c *core) remoteResponses(m *raftpb.Message) []*raftpb.Message {
+	if !raft.IsEmptySnap(m.GetSnapshot()) {
+		return nil
+	}
+	var remote []*raftpb.Message
+	local := m.Responses[:0:0]
+	for _, r := range m.GetResponses() {
+		if r.GetTo() == c.cfg.id {
+			local = append(local, r)
+		} else {
+			remote = append(remote, r)
+		}
+	}
+	m.Responses = local
+	return remote
 }
 
 // takeSnapshots returns the snapshots due for the append worker to save.

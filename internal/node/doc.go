@@ -32,13 +32,18 @@
 //     entries (to the replica, under its write lock), answers proposals
 //     and reads, hands messages to the transport and log writes to the
 //     append worker. It never waits on the disk or the network.
-//   - the append worker (group.appendWorker) performs the log writes in
-//     order (Log.Append, fsync) and the snapshot saves, then hands each
-//     write back to the loop, which releases its responses. A failed write
-//     stops the node (the loop and the worker end; callers get the error).
-//   - the proposer (proposer.run) packs queued commands into batches, at
-//     most maxInflightBatches in flight, and hands them to the loop in
-//     order; one goroutine per batch in flight waits for its outcome.
+//   - the append worker (group.appendWorker) performs a leader's log
+//     writes in order (Log.Append, fsync) and the snapshot saves; once a
+//     write is durable it sends the write's responses to other members
+//     and hands the write back to the loop, which steps the local ones. A
+//     follower's loop writes itself when the worker is idle (group.
+//     writesInline): it has nothing to do meanwhile that two hand-offs
+//     would not delay more. A failed write stops the node (the loop and
+//     the worker end; callers get the error).
+//   - the proposer is no goroutine: callers queue commands and wait; the
+//     loop takes them in batches (proposer.next), at most
+//     maxInflightBatches unanswered, and answers a batch's callers when it
+//     applies the batch's entry (request.then).
 //   - the lessor (lessor.run) ticks while this node leads: Tick, Expire and
 //     GrantNext commands through the proposer.
 //   - promoteLearners makes caught-up learners voters while this node leads.
@@ -64,8 +69,8 @@
 //
 // replica.mu, then lessor.mu or waiters.mu (the apply path calls the
 // lessor and the waiters with the replica locked; leadership activation
-// takes the replica's read lock, then the lessor's). group.mu and the
-// queues' locks are leaves: nothing is locked while holding them. No lock is
-// held across a channel operation that can block, except the loop's
+// takes the replica's read lock, then the lessor's). group.mu, proposer.mu
+// and the queues' locks are leaves: nothing is locked while holding them. No
+// lock is held across a channel operation that can block, except the loop's
 // control functions, which run on the loop itself.
 package node

@@ -15,9 +15,10 @@ import (
 // group runs a core: the loop goroutine owns it (ticks, messages,
 // proposals, reads, applying) and the append goroutine makes its log writes
 // durable, in order, while the loop goes on. Everything else talks to the
-// loop through channels.
+// loop through channels and the proposer's queue.
 type group struct {
 	c     *core
+	p     *proposer
 	trans Transport
 	tick  time.Duration
 
@@ -28,6 +29,11 @@ type group struct {
 
 	appendQ *queue[appendJob]       // loop → append worker
 	doneQ   *queue[*raftpb.Message] // append worker → loop: writes now durable
+	// writesOut: the loop's count of log writes handed to the worker and not
+	// yet taken back; snapsOut: snapshot saves handed to it and not done.
+	// With both zero the worker is idle and a follower's loop writes itself.
+	writesOut int
+	snapsOut  atomic.Int64
 
 	status atomic.Pointer[groupStatus]
 	mu     sync.Mutex
@@ -55,8 +61,8 @@ type appendJob struct {
 	snap *snapshotJob
 }
 
-func newGroup(c *core, tick time.Duration) *group {
-	g := &group{c: c, tick: tick,
+func newGroup(c *core, p *proposer, tick time.Duration) *group {
+	g := &group{c: c, p: p, tick: tick,
 		inbox: make(chan *raftpb.Message, 4096), props: make(chan *request, 4096),
 		reads: make(chan *request, 4096), ctl: make(chan func(*core), 64),
 		appendQ: newQueue[appendJob](), doneQ: newQueue[*raftpb.Message](),
@@ -77,6 +83,13 @@ func (g *group) loop() {
 	t := time.NewTicker(g.tick)
 	defer t.Stop()
 	defer close(g.loopDone)
+	defer func() { // after the core answered every batch it took: nothing queued reached raft
+		err := g.failure()
+		if err == nil {
+			err = ErrStopped
+		}
+		g.p.close(err)
+	}()
 	defer g.c.stop()
 	for {
 		select {
@@ -91,6 +104,7 @@ func (g *group) loop() {
 			for i := 0; i < 256 && len(g.inbox) > 0; i++ {
 				g.c.step(<-g.inbox)
 			}
+		case <-g.p.ready: // round takes the batches
 		case req := <-g.props:
 			g.c.propose(req)
 			for i := 0; i < 1024 && len(g.props) > 0; i++ {
@@ -105,6 +119,7 @@ func (g *group) loop() {
 			f(g.c)
 		case <-g.doneQ.ready:
 			for _, m := range g.doneQ.take() {
+				g.writesOut--
 				send, err := g.c.persisted(m)
 				if err != nil {
 					g.fail(err)
@@ -113,24 +128,65 @@ func (g *group) loop() {
 				g.trans.Send(send)
 			}
 		}
-		g.round()
+		if !g.round() {
+			return
+		}
 	}
 }
 
-// round hands out raft's pending work and publishes the status.
-func (g *group) round() {
-	send, appends := g.c.ready()
-	g.trans.Send(send)
-	for _, m := range appends {
-		g.appendQ.push(appendJob{msg: m})
+// round proposes the queued batches it may, hands out raft's pending work
+// and publishes the status. It returns false if a log write failed.
+func (g *group) round() bool {
+	for req := g.p.next(); req != nil; req = g.p.next() {
+		g.c.propose(req)
+	}
+	for {
+		send, appends := g.c.ready()
+		g.trans.Send(send)
+		if len(appends) == 0 || !g.writesInline() {
+			for _, m := range appends {
+				g.writesOut++
+				g.appendQ.push(appendJob{msg: m})
+			}
+			break
+		}
+		// A follower has nothing to do while its write is under way that
+		// a hand-off to the idle worker and back would not delay more.
+		if err := g.c.persist(appends); err != nil {
+			g.fail(fmt.Errorf("raft log write failed: %w", err))
+			return false
+		}
+		for _, m := range appends {
+			send, err := g.c.persisted(m)
+			if err != nil {
+				g.fail(err)
+				return false
+			}
+			g.trans.Send(send)
+		}
 	}
 	for _, s := range g.c.takeSnapshots() {
+		g.snapsOut.Add(1)
 		g.appendQ.push(appendJob{snap: &s})
 	}
 	st := &groupStatus{lead: g.c.lead, state: g.c.state, term: g.c.term, leading: g.c.leading}
 	if old := g.status.Load(); *old != *st {
 		g.status.Store(st)
 	}
+	if g.p.waiting() { // applying freed a batch's slot: take the next batch on the next turn
+		select {
+		case g.p.ready <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// writesInline reports whether the loop performs this round's log writes
+// itself: on a follower, when the append worker is idle (so the writes stay
+// in order). A leader hands them off, to replicate while its disk writes.
+func (g *group) writesInline() bool {
+	return g.c.state == raft.StateFollower && g.writesOut == 0 && g.snapsOut.Load() == 0
 }
 
 // appendWorker performs the log writes in order. A write that fails stops
@@ -154,6 +210,10 @@ func (g *group) appendWorker() {
 				return false
 			}
 			for _, m := range writes {
+				// Responses to other members go out now that the write is
+				// durable; the loop steps the rest (and restores a snapshot
+				// before its responses are released).
+				g.trans.Send(g.c.remoteResponses(m))
 				g.doneQ.push(m)
 			}
 			writes = nil
@@ -175,6 +235,7 @@ func (g *group) appendWorker() {
 			if s.saved != nil {
 				s.saved <- err
 			}
+			g.snapsOut.Add(-1)
 		}
 		if !flush() {
 			return

@@ -18,6 +18,9 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/raftstore"
 )
 
@@ -316,7 +319,9 @@ func newAsyncBenchNode(id uint64, log Log, peers []uint64) *asyncBenchNode {
 	if err != nil {
 		panic(err) // a fresh store and a fixed config: cannot fail
 	}
-	return &asyncBenchNode{g: newGroup(c, benchTick), sm: sm}
+	// Proposals go straight to the loop (group.propose): the proposer stays empty.
+	p := newProposer(1, metrics.NewServer(prometheus.NewRegistry(), metrics.Gauges{}))
+	return &asyncBenchNode{g: newGroup(c, p, benchTick), sm: sm}
 }
 
 func (n *asyncBenchNode) start(net *benchNet) { n.g.start(net) }

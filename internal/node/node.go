@@ -171,7 +171,8 @@ func (n *Node) open() error {
 	if err != nil {
 		return err
 	}
-	g = newGroup(c, tick)
+	n.proposer = newProposer(cfg.MaxBatch, cfg.Metrics)
+	g = newGroup(c, n.proposer, tick)
 	n.group = g
 	g.setMembers(c.members)
 
@@ -215,7 +216,6 @@ func (n *Node) open() error {
 		}
 	}
 
-	n.proposer = newProposer(g, cfg.MaxBatch, cfg.Metrics)
 	n.lessor = newLessor(cfg.Clock, cfg.TickInterval, n.proposer.proposeAll, n.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -496,9 +496,6 @@ func (n *Node) Close() error {
 		var errs []error
 		if n.cancel != nil {
 			n.cancel()
-		}
-		if n.proposer != nil {
-			n.proposer.close()
 		}
 		if n.group != nil {
 			n.group.close()

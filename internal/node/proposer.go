@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fencehq/fence/internal/fsm"
@@ -23,27 +24,31 @@ func validate(cmd *fsm.Command) error {
 	return nil
 }
 
-// proposer packs concurrent commands into one raft entry each round: while
-// one batch is being committed the next one fills up, so the batch size
-// adapts to the load (one command alone when idle, hundreds under load).
+// proposer packs concurrent commands into one raft entry each round.
+// Callers queue commands (propose, proposeAll) and wait; the loop takes
+// them in batches (next) while fewer than maxInflightBatches of its batches
+// are unanswered, so that a batch fills up while the ones before it commit
+// (one command alone when idle, hundreds under load), and answers a batch's
+// callers when it applies the batch's entry. No goroutine stands between
+// the callers and the loop.
 type proposer struct {
-	group    *group
-	in       chan *proposal
 	maxBatch int
-	inflight chan struct{} // slots for batches in flight
 	metrics  *metrics.Server
-	stop     chan struct{}
-	done     chan struct{}
+	ready    chan struct{} // cap 1: the queue has something
+
+	mu     sync.Mutex
+	queue  []*proposal // guarded by mu, in arrival order
+	closed error       // guarded by mu: the loop has ended; new proposals get this
+
+	inflight int    // the loop's: batches proposed and not yet answered
+	buf      []byte // the loop's: the encoding buffer
 }
 
 type proposal struct {
 	cmd  fsm.Command
 	done chan proposalResult // buffered, 1
-	// taken: a batch holds it (set by the proposer's goroutine; read by
-	// others only after that goroutine has ended).
-	taken bool
 	// also are renewals of the same lease that arrived while this one
-	// waited in the batch: one Renew, applied after all of them arrived,
+	// waited in the queue: one Renew, applied after all of them arrived,
 	// answers them all (a lease renewed later than asked is still renewed
 	// no earlier than asked).
 	also []*proposal
@@ -74,17 +79,13 @@ func commandSize(cmd *fsm.Command) int {
 	return 64 + len(cmd.Name) + len(cmd.Value) + len(cmd.Owner) + len(cmd.Addr) + 8*len(cmd.Open)
 }
 
-func newProposer(g *group, maxBatch int, m *metrics.Server) *proposer {
-	p := &proposer{group: g, in: make(chan *proposal, 8192), maxBatch: maxBatch,
-		inflight: make(chan struct{}, maxInflightBatches), metrics: m,
-		stop: make(chan struct{}), done: make(chan struct{})}
-	go p.run()
-	return p
+func newProposer(maxBatch int, m *metrics.Server) *proposer {
+	return &proposer{maxBatch: maxBatch, metrics: m, ready: make(chan struct{}, 1)}
 }
 
 // propose commits cmd through raft and returns its result. A ctx that ends
-// after the command was handed to raft yields ErrIndeterminate: it may
-// still commit.
+// after the command was queued yields ErrIndeterminate: it may still
+// commit.
 func (p *proposer) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	out := p.proposeAll(ctx, []fsm.Command{cmd})[0]
 	return out.res, out.err
@@ -96,25 +97,20 @@ func (p *proposer) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposalResult {
 	out := make([]proposalResult, len(cmds))
 	prs := make([]*proposal, len(cmds))
+	queued := make([]*proposal, 0, len(cmds))
 	for i := range cmds {
-		if err := validate(&cmds[i]); err != nil {
-			out[i].err = err
-			continue
+		if out[i].err = validate(&cmds[i]); out[i].err == nil {
+			prs[i] = &proposal{cmd: cmds[i], done: make(chan proposalResult, 1)}
+			queued = append(queued, prs[i])
 		}
-		pr := &proposal{cmd: cmds[i], done: make(chan proposalResult, 1)}
-		select {
-		case p.in <- pr:
-			prs[i] = pr
-			continue
-		case <-ctx.Done():
-			out[i].err = ctx.Err()
-		case <-p.stop:
-			out[i].err = ErrNotLeader
+	}
+	if err := p.push(queued); err != nil {
+		for i, pr := range prs {
+			if pr != nil {
+				out[i].err = err
+			}
 		}
-		for j := i + 1; j < len(cmds); j++ { // never handed to raft
-			out[j].err = out[i].err
-		}
-		break
+		return out
 	}
 	for i, pr := range prs {
 		if pr == nil {
@@ -122,12 +118,6 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 		}
 		select {
 		case out[i] = <-pr.done:
-		case <-p.done: // batching ended: a proposal no batch took never reached raft
-			if pr.taken {
-				out[i] = <-pr.done // its batch's outcome comes
-			} else {
-				out[i].err = ErrStopped
-			}
 		case <-ctx.Done():
 			out[i].err = fmt.Errorf("%w (%v)", ErrIndeterminate, ctx.Err())
 		}
@@ -135,107 +125,118 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 	return out
 }
 
-// gather makes a batch of first and what else is queued now: up to
-// maxBatch commands and about maxBatchBytes; renewals of one lease share
-// one command (the first's also).
-func (p *proposer) gather(first *proposal) []*proposal {
+// push queues prs for the loop, or refuses them all if the loop has ended.
+func (p *proposer) push(prs []*proposal) error {
+	if len(prs) == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	if err := p.closed; err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	p.queue = append(p.queue, prs...)
+	p.mu.Unlock()
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// next returns the next batch's entry as a request that answers the
+// batch's proposals when it finishes, or nil if the queue is empty or
+// maxInflightBatches are unanswered. Called on the loop.
+func (p *proposer) next() *request {
+	if p.inflight >= maxInflightBatches {
+		return nil
+	}
+	batch := p.gather()
+	if len(batch) == 0 {
+		return nil
+	}
+	cmds := make([]fsm.Command, len(batch))
+	for i, pr := range batch {
+		cmds[i] = pr.cmd
+	}
+	p.buf = fsm.EncodeBatch(p.buf[:0], cmds)
+	p.inflight++
+	p.metrics.BatchSize.Observe(float64(len(batch)))
+	start := time.Now()
+	return &request{data: append([]byte(nil), p.buf...), then: func(o outcome) {
+		p.inflight--
+		p.answer(batch, o, start)
+	}}
+}
+
+// gather takes a batch off the queue: the first command, then more up to
+// maxBatch commands and about maxBatchBytes; renewals of one lease share one
+// command (the first's also).
+func (p *proposer) gather() []*proposal {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var batch []*proposal
-	taken := 0 // proposals taken, shared renewals included: bounds the drain
+	taken := 0 // proposals taken, shared renewals included: bounds the batch's work
 	size := 0  // the batch's size, roughly: bounds the entry
 	renewals := map[fsm.LeaseID]*proposal{}
-	add := func(pr *proposal) {
-		pr.taken = true
+	for taken < len(p.queue) && (taken == 0 || len(batch) < p.maxBatch && taken < 8*p.maxBatch && size < maxBatchBytes) {
+		pr := p.queue[taken]
 		taken++
 		size += commandSize(&pr.cmd)
 		if pr.cmd.Kind == fsm.KindRenew {
 			if first := renewals[pr.cmd.Lease]; first != nil {
 				first.also = append(first.also, pr)
-				return
+				continue
 			}
 			renewals[pr.cmd.Lease] = pr
 		}
 		batch = append(batch, pr)
 	}
-	add(first)
-	for len(batch) < p.maxBatch && taken < 8*p.maxBatch && size < maxBatchBytes {
-		select {
-		case pr := <-p.in:
-			add(pr)
-		default:
-			return batch
-		}
+	clear(p.queue[:taken])
+	p.queue = p.queue[taken:]
+	if len(p.queue) == 0 {
+		p.queue = nil // let the backing array go
 	}
 	return batch
 }
 
-func (p *proposer) run() {
-	defer close(p.done)
-	var buf []byte
-	for {
-		select {
-		case p.inflight <- struct{}{}:
-		case <-p.stop:
-			return
-		}
-		var first *proposal
-		select {
-		case first = <-p.in:
-		case <-p.stop:
-			return
-		}
-		batch := p.gather(first)
-		cmds := make([]fsm.Command, len(batch))
-		for i, pr := range batch {
-			cmds[i] = pr.cmd
-		}
-		buf = fsm.EncodeBatch(buf[:0], cmds)
-		req := newRequest()
-		req.data = append([]byte(nil), buf...)
-		start := time.Now()
-		select { // in order: batches reach the log in the order they were made
-		case p.group.props <- req:
-		case <-p.stop:
-			for _, pr := range batch {
-				pr.answer(proposalResult{err: ErrNotLeader})
-			}
-			<-p.inflight
-			return
-		}
-		p.metrics.BatchSize.Observe(float64(len(batch)))
-		go p.finish(req, batch, start)
-	}
-}
-
-// finish waits for a batch's outcome and answers its proposals.
-func (p *proposer) finish(req *request, batch []*proposal, start time.Time) {
-	defer func() { <-p.inflight }()
-	var o outcome
-	select {
-	case o = <-req.done:
-	case <-p.group.stop:
-		o.err = ErrIndeterminate
-	case <-p.group.failed:
-		o.err = ErrIndeterminate
-	}
+// answer answers a batch's proposals with its entry's outcome.
+func (p *proposer) answer(batch []*proposal, o outcome, start time.Time) {
 	if o.err == nil {
 		p.metrics.ApplyLatency.Observe(time.Since(start).Seconds())
 		results, ok := o.result.([]fsm.Result)
-		if !ok {
-			o.err = fmt.Errorf("entry refused by the state machine: %v", o.result)
-		} else {
+		if ok && len(results) == len(batch) {
 			for i, pr := range batch {
 				pr.answer(proposalResult{res: results[i]})
 			}
 			return
 		}
+		o.err = fmt.Errorf("entry refused by the state machine: %v", o.result)
 	}
 	for _, pr := range batch {
 		pr.answer(proposalResult{err: o.err})
 	}
 }
 
-// close stops batching; calls in flight finish with their raft outcome.
-func (p *proposer) close() {
-	close(p.stop)
-	<-p.done
+// close refuses what is queued, and what comes later, with err. Called by
+// the loop as it ends, after the core answered every batch it took.
+func (p *proposer) close(err error) {
+	p.mu.Lock()
+	queue := p.queue
+	p.queue, p.closed = nil, err
+	p.mu.Unlock()
+	for _, pr := range queue {
+		pr.answer(proposalResult{err: err})
+	}
+}
+
+// waiting reports whether a batch is queued and the loop may take it.
+// Called on the loop.
+func (p *proposer) waiting() bool {
+	if p.inflight >= maxInflightBatches {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue) > 0
 }
