@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the Go code of fence's two protocols with pinned tools: the API
-# (api/fence.proto → fence.pb.go, fence_grpc.pb.go) and the raft transport
-# (internal/transport/transportpb/transport.proto → transport.pb.go,
-# transport_grpc.pb.go):
+# (api/fence.proto → fence.pb.go, fence_grpc.pb.go) and the raft transport's
+# messages (internal/transport/transportpb/transport.proto → transport.pb.go;
+# it has no service, so no _grpc.pb.go):
 #   protoc 3.21.12 (Debian bookworm package protobuf-compiler),
 #   protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1.
 # Usage: api/generate.sh   (installs the Go plugins into a temporary GOBIN)

@@ -36,7 +36,7 @@ type Config struct {
 	// Pprof also serves /debug/pprof/ on MetricsAddr (profiles reveal internals:
 	// keep that address private).
 	Pprof bool
-	// RaftAddr is the raft transport's address (gRPC streams). Other members
+	// RaftAddr is the raft transport's address (TCP streams). Other members
 	// reach this node there, so it must be a concrete address, not 0.0.0.0.
 	RaftAddr string
 	// AuditFile, if set, receives one JSON line (AuditRecord) per applied

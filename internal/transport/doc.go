@@ -1,44 +1,59 @@
 // Package transport carries raft messages (go.etcd.io/raft/v3 raftpb.Message)
-// between fence nodes over gRPC on the raft port. The wire protocol is
-// transportpb/transport.proto (service fence.transport.v1.Raft).
+// between fence nodes over TCP on the raft port. The messages on the wire are
+// transportpb/transport.proto's; the framing is this package's (wire.go).
+//
+// # Wire
+//
+// A connection carries one stream. It opens with the preface "FNCRAFT1" and a
+// kind byte: 'M' for a stream of Batches, 'S' for one snapshot. Then come
+// frames: a 4-byte big-endian length and that many bytes of a marshaled
+// message (a Batch, or a SnapshotChunk); frames over 64 MiB are refused. The
+// receiver answers with frames of its own, each a google.rpc.Status: OK
+// accepts a stream (after its first Batch) or a snapshot (once delivered);
+// any other code refuses, and the receiver closes the connection. No gRPC
+// and no HTTP/2 stand between raft and the socket: each message costs one
+// hand-off to the peer's sender goroutine, a write, and the receiver's read.
 //
 // # Streams
 //
 // A Transport serves the protocol on the Listener it is given and, for each
-// peer named with SetPeer, keeps one gRPC connection and one long-lived Send
-// stream, opened when the first message to the peer is sent. The stream's
-// first Batch is an empty handshake that the receiver checks and accepts by
-// answering with response headers; after it the sender packs everything
-// queued for the peer into Batches of at most 4 MiB (a larger message, up to
-// the 64 MiB gRPC message limit, travels alone). The receiver answers nothing
-// else: raft's own messages are its acknowledgements.
+// peer named with SetPeer, keeps one long-lived message stream, opened when
+// the first message to the peer is sent. The stream's first Batch is an empty
+// handshake that the receiver checks and accepts with an OK answer; after it
+// the sender packs everything queued for the peer into Batches of at most
+// 4 MiB (a larger message, up to the 64 MiB frame limit, travels alone) and
+// writes them in one flush. The receiver answers nothing else: raft's own
+// messages are its acknowledgements.
 //
-// A MsgSnap does not go on the Send stream: it gets a Snapshot stream of its
+// A MsgSnap does not go on the message stream: it gets a connection of its
 // own, one at a time per peer, whose first chunk carries the message without
-// its snapshot data and the following chunks the data, 1 MiB at a time. Its
-// outcome is reported through Config.SnapshotDone (for RawNode.ReportSnapshot).
+// its snapshot data and the following chunks the data, 1 MiB at a time, then
+// an empty frame. Its outcome (the receiver's answer) is reported through
+// Config.SnapshotDone (for RawNode.ReportSnapshot).
 //
 // # Ordering
 //
 // A peer's messages are delivered in the order Send was given them, as long as
-// they travel on one stream. Across a reconnect, and between the Send stream
-// and a snapshot, order is not kept: raft tolerates reordered and lost
+// they travel on one stream. Across a reconnect, and between the message
+// stream and a snapshot, order is not kept: raft tolerates reordered and lost
 // messages. Deliver is called from several goroutines at once, one per
-// incoming stream.
+// incoming connection.
 //
 // # Drops and backpressure
 //
 // Send never blocks. Each peer has a bounded queue (4096 messages, 64 MiB);
-// when the peer's receiver is slow, gRPC flow control stops the sender
+// when the peer's receiver is slow, TCP flow control stops the sender
 // goroutine and the queue fills. A message that finds the queue full, a
 // message to an unknown peer, and a message too large for the wire are
 // dropped, and the peer is reported through Config.Unreachable (for
 // RawNode.ReportUnreachable: the leader then probes the follower instead of
-// streaming to it). When a stream fails, what was queued is dropped and
-// reported the same way, and the peer's messages are dropped while the
-// transport waits to reconnect: 50 ms after the first failure, doubling to
-// 2 s, jittered, and reset by a successful handshake. Callbacks run on a
-// goroutine of the transport, never inside Send.
+// streaming to it). A write that makes no progress for 10 s fails the stream,
+// and TCP keepalive (10 s) finds a connection from a vanished peer. When a
+// stream fails, what was queued is dropped and reported the same way, and the
+// peer's messages are dropped while the transport waits to reconnect: 50 ms
+// after the first failure, doubling to 2 s, jittered, and reset by a
+// successful handshake. Callbacks run on a goroutine of the transport, never
+// inside Send.
 //
 // # Cluster id
 //
@@ -46,16 +61,13 @@
 // and the receiver's node id. A receiver refuses a stream from another
 // cluster, or one addressed to another node id (a peer address pointing at the
 // wrong node), with FailedPrecondition and a message naming both ids; it
-// refuses malformed content, such as bytes that are no raft message or a
-// message type that is local to a node, with InvalidArgument. Both sides log
-// the refusal, and the sender retries with backoff, so a fixed configuration
-// heals by itself.
+// refuses malformed content, such as bytes that are no raft message, a
+// message type that is local to a node, or another protocol, with
+// InvalidArgument. Both sides log the refusal, and the sender retries with
+// backoff, so a fixed configuration heals by itself.
 //
 // # TLS
 //
-// The transport dials with insecure (plaintext) credentials by default, which
-// fits loopback and trusted networks only. Config.ServerOptions and
-// Config.DialOptions are applied after the transport's own options, so TLS
-// comes in as grpc.Creds(...) and grpc.WithTransportCredentials(...) without
-// changing this package.
+// The connections are plaintext, which fits loopback and trusted networks
+// only; TLS (crypto/tls around the same connections) is issue 13's.
 package transport

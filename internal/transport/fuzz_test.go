@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -132,6 +134,61 @@ func FuzzReceiveSnapshot(f *testing.F) {
 		if m.GetType() != raftpb.MsgSnap || m.GetFrom() == 0 || m.GetTo() != 2 ||
 			uint64(len(m.GetSnapshot().GetData())) != announced {
 			t.Fatalf("accepted %v with %d of %d bytes", m.GetType(), len(m.GetSnapshot().GetData()), announced)
+		}
+	})
+}
+
+// FuzzServe feeds arbitrary bytes to the receiver as one whole connection
+// (preface, kind, frames): it must never panic, never hang, deliver only
+// checked peer messages, and answer anything it refuses with a refusal
+// status.
+func FuzzServe(f *testing.F) {
+	batch := func(b *transportpb.Batch) []byte {
+		raw := mustMarshal(f, b)
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(raw))), raw...)
+	}
+	good := mustMarshal(f, appMsg(1, 2, 1, 8))
+	hello := batch(&transportpb.Batch{ClusterId: 7, From: 1, To: 2})
+	f.Add(append([]byte(preface+"M"), append(hello, batch(&transportpb.Batch{ClusterId: 7, From: 1, To: 2, Messages: [][]byte{good}})...)...))
+	f.Add(append([]byte(preface+"M"), batch(&transportpb.Batch{ClusterId: 9, From: 1, To: 2})...))
+	f.Add(append([]byte(preface+"S"), 0, 0, 0, 0))
+	f.Add([]byte(preface + "M\xff\xff\xff\xff"))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var delivered []*raftpb.Message
+		r := fuzzReceiver()
+		r.deliver = func(m *raftpb.Message) { delivered = append(delivered, m) }
+		server, client := net.Pipe()
+		done := make(chan struct{})
+		go func() { defer close(done); r.serve(server) }()
+		answers := make(chan []error, 1)
+		go func() {
+			var errs []error
+			br := bufio.NewReader(client)
+			for {
+				err := readAnswer(br)
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, io.ErrUnexpectedEOF) {
+					break
+				}
+				errs = append(errs, err)
+				if err != nil && status.Code(err) == codes.Unknown {
+					break
+				}
+			}
+			answers <- errs
+		}()
+		_, _ = client.Write(data)
+		client.Close()
+		<-done
+		for _, err := range <-answers {
+			if err != nil {
+				checkRefusal(t, err)
+			}
+		}
+		for _, m := range delivered {
+			if !PeerMessage(m.GetType()) || m.GetTo() != 2 || m.GetFrom() == 0 || m.GetFrom() == 2 {
+				t.Fatalf("delivered %v from %d to %d", m.GetType(), m.GetFrom(), m.GetTo())
+			}
 		}
 	})
 }

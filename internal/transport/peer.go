@@ -1,36 +1,34 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"os"
 	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/fencehq/fence/internal/transport/transportpb"
 )
 
-// acceptedKey is the response header with which a receiver accepts a Send
-// stream (after checking its first Batch).
-const acceptedKey = "fence-raft-accepted"
-
-// peer is one remote node: its connection, its send queue and the goroutine
-// (run) that drains the queue into the peer's Send stream.
+// peer is one remote node: its send queue and the goroutine (run) that
+// drains the queue into the peer's message stream.
 type peer struct {
-	t      *Transport
-	id     uint64
-	addr   string
-	conn   *grpc.ClientConn
-	client transportpb.RaftClient
-	log    *slog.Logger
+	t    *Transport
+	id   uint64
+	addr string
+	log  *slog.Logger
 
 	ctx    context.Context // ends when the peer is removed or the transport closes
 	cancel context.CancelFunc
@@ -46,8 +44,7 @@ type peer struct {
 	wg      sync.WaitGroup // the stream watcher and the snapshot senders
 }
 
-// stop makes the peer's goroutines end; run closes the connection once all
-// have.
+// stop makes the peer's goroutines end.
 func (p *peer) stop() { p.cancel() }
 
 // enqueue appends a marshaled message to the queue unless the queue is full
@@ -94,9 +91,6 @@ func (p *peer) run() {
 			s.close()
 		}
 		p.wg.Wait()
-		if err := p.conn.Close(); err != nil {
-			p.log.Debug("closing the peer connection", "err", err)
-		}
 	}()
 	bo := minBackoff
 	for {
@@ -177,37 +171,61 @@ func (p *peer) failed(err error, bo *time.Duration) bool {
 	return true
 }
 
-// open opens a Send stream to the peer and waits for the peer to accept it.
-func (p *peer) open() (*stream, error) {
-	ctx, cancel := context.WithCancel(p.ctx)
-	cs, err := p.client.Send(ctx)
+// dial connects to the peer and sends the preface for a stream of kind.
+// The connection closes when the peer stops.
+func (p *peer) dial(kind byte) (net.Conn, *bufio.Reader, *bufio.Writer, error) {
+	d := net.Dialer{Timeout: handshakeTimeout, KeepAlive: keepaliveTime}
+	raw, err := d.DialContext(p.ctx, "tcp", p.addr)
 	if err != nil {
-		cancel()
+		return nil, nil, nil, err
+	}
+	c := &closeConn{Conn: raw, stop: context.AfterFunc(p.ctx, func() { raw.Close() })}
+	bw := bufio.NewWriterSize(deadlineConn{c, p.t.cfg.writeTimeout}, writeBufBytes)
+	_, _ = bw.WriteString(preface)
+	_ = bw.WriteByte(kind)
+	return c, bufio.NewReader(c), bw, nil
+}
+
+// closeConn is a connection that also drops the hook closing it when its
+// peer stops.
+type closeConn struct {
+	net.Conn
+	stop func() bool
+}
+
+func (c *closeConn) Close() error {
+	c.stop()
+	return c.Conn.Close()
+}
+
+// open opens a message stream to the peer and waits for the peer to accept
+// its handshake Batch.
+func (p *peer) open() (*stream, error) {
+	c, br, bw, err := p.dial(kindMessages)
+	if err != nil {
 		return nil, err
 	}
 	hello := &transportpb.Batch{ClusterId: p.t.cfg.ClusterID, From: p.t.cfg.LocalID, To: p.id}
-	if err := cs.Send(hello); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = cs.RecvMsg(new(transportpb.SendResult))
-		}
-		cancel()
-		return nil, err
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+	err = writeFrame(bw, hello)
+	if err == nil {
+		err = bw.Flush()
 	}
-	timer := time.AfterFunc(handshakeTimeout, cancel)
-	md, _ := cs.Header() // nil if the stream ended instead
-	if !timer.Stop() {
-		cancel()
-		return nil, fmt.Errorf("the peer did not accept the stream within %v", handshakeTimeout)
+	if err == nil {
+		err = readAnswer(br)
 	}
-	if len(md.Get(acceptedKey)) == 0 {
-		err := cs.RecvMsg(new(transportpb.SendResult))
-		cancel()
-		if err == nil || errors.Is(err, io.EOF) {
+	if err != nil {
+		c.Close()
+		switch {
+		case errors.Is(err, io.EOF):
 			err = errors.New("the peer ended the stream without accepting it")
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			err = fmt.Errorf("the peer did not accept the stream within %v", handshakeTimeout)
 		}
 		return nil, err
 	}
-	s := &stream{p: p, cs: cs, cancel: cancel, broken: make(chan struct{})}
+	_ = c.SetDeadline(time.Time{})
+	s := &stream{p: p, c: c, br: br, bw: bw, broken: make(chan struct{})}
 	p.wg.Add(1)
 	go s.watch()
 	if p.lastErr != "" {
@@ -219,47 +237,59 @@ func (p *peer) open() (*stream, error) {
 	return s, nil
 }
 
-// stream is an open Send stream. run sends on it; watch waits for its end.
+// stream is an open message stream. run sends on it; watch waits for its
+// end.
 type stream struct {
 	p      *peer
-	cs     grpc.ClientStreamingClient[transportpb.Batch, transportpb.SendResult]
-	cancel context.CancelFunc
+	c      net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
 	broken chan struct{} // closed by watch when the stream has ended
 	err    error         // why; set before broken is closed
 }
 
 // watch waits for the peer to end the stream (it only does so to refuse
-// something, or when it goes away), so that run learns of it even while it
-// has nothing to send.
+// something, with an answer saying why, or when it goes away), so that run
+// learns of it even while it has nothing to send.
 func (s *stream) watch() {
 	defer s.p.wg.Done()
-	err := s.cs.RecvMsg(new(transportpb.SendResult))
+	err := readAnswer(s.br)
 	if err == nil || errors.Is(err, io.EOF) {
 		err = errors.New("the peer ended the stream")
 	}
 	s.err = err
 	close(s.broken)
-	s.cancel()
+	s.c.Close()
 }
 
 // send packs msgs into Batches of at most maxBatchBytes (a larger message
-// alone) and sends them. On error the stream is closed and the error is the
+// alone) and writes them (a write that makes no progress for the write
+// timeout fails: deadlineConn). On error the stream is closed and the error is the
 // best account of why.
 func (s *stream) send(msgs [][]byte) error {
 	cfg := &s.p.t.cfg
 	for len(msgs) > 0 {
 		n := batchLen(msgs)
 		b := &transportpb.Batch{ClusterId: cfg.ClusterID, From: cfg.LocalID, To: s.p.id, Messages: msgs[:n]}
-		if err := s.cs.Send(b); err != nil {
-			s.close()
-			if errors.Is(err, io.EOF) { // the peer ended the stream; watch has its status
-				err = s.err
-			}
-			return err
+		if err := writeFrame(s.bw, b); err != nil {
+			return s.fail(err)
 		}
 		msgs = msgs[n:]
 	}
+	if err := s.bw.Flush(); err != nil {
+		return s.fail(err)
+	}
 	return nil
+}
+
+// fail closes the stream after a write error and returns the best account
+// of why: the peer's answer if it refused something.
+func (s *stream) fail(err error) error {
+	s.close()
+	if s.err != nil && !errors.Is(s.err, io.EOF) && status.Code(s.err) != codes.Unknown {
+		return s.err
+	}
+	return err
 }
 
 // batchLen is how many of msgs, from the first, go in the next Batch: as
@@ -275,7 +305,7 @@ func batchLen(msgs [][]byte) int {
 
 // close ends the stream and waits for watch.
 func (s *stream) close() {
-	s.cancel()
+	s.c.Close()
 	<-s.broken
 }
 
@@ -318,41 +348,55 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 	p.t.rep.snapshotDone(p.id, true)
 }
 
-// streamSnapshot sends m on a Snapshot stream: the message without its data,
-// then the data in chunks; it returns nil once the peer has taken it.
+// streamSnapshot sends m on a snapshot connection: the message without its
+// data, then the data in chunks and an empty frame; it returns nil once the
+// peer has taken it.
 func (p *peer) streamSnapshot(m *raftpb.Message) error {
 	hb, err := proto.Marshal(withoutSnapshotData(m))
 	if err != nil {
 		return fmt.Errorf("marshaling the snapshot message: %w", err)
 	}
 	data := m.GetSnapshot().GetData()
-	ctx, cancel := context.WithCancel(p.ctx)
-	defer cancel()
-	cs, err := p.client.Snapshot(ctx)
+	c, br, bw, err := p.dial(kindSnapshot)
 	if err != nil {
 		return err
 	}
+	defer c.Close()
+	// The peer answers early only to refuse: read that while sending.
+	answer := make(chan error, 1)
+	go func() { answer <- readAnswer(br) }()
 	cfg := &p.t.cfg
 	chunk := &transportpb.SnapshotChunk{
 		ClusterId: cfg.ClusterID, From: cfg.LocalID, To: p.id,
 		Message: hb, DataSize: uint64(len(data)),
 	}
-	for {
-		if err := cs.Send(chunk); err != nil {
-			if errors.Is(err, io.EOF) { // the peer ended the stream: its status says why
-				_, err = cs.CloseAndRecv()
-			}
-			return err
-		}
-		if len(data) == 0 {
+	for err == nil {
+		if err = writeFrame(bw, chunk); err != nil || len(data) == 0 {
 			break
 		}
 		n := min(len(data), snapChunkBytes)
 		chunk = &transportpb.SnapshotChunk{Data: data[:n]}
 		data = data[n:]
 	}
-	_, err = cs.CloseAndRecv()
-	return err
+	if err == nil {
+		if err = writeFrameBytes(bw, nil); err == nil {
+			err = bw.Flush()
+		}
+	}
+	if err != nil { // the peer's answer, if it refused, says more
+		c.Close()
+		if a := <-answer; a != nil && !errors.Is(a, io.EOF) && !errors.Is(a, net.ErrClosed) {
+			return a
+		}
+		return err
+	}
+	if err := <-answer; err != nil {
+		if errors.Is(err, io.EOF) {
+			return errors.New("the peer ended the snapshot stream without taking it")
+		}
+		return err
+	}
+	return nil
 }
 
 // withoutSnapshotData is a shallow copy of m whose snapshot has its metadata

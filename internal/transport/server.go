@@ -1,18 +1,16 @@
 package transport
 
 import (
-	"context"
+	"bufio"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -28,12 +26,14 @@ const (
 	// refusalLogEvery spaces out identical refusal logs (a misconfigured
 	// peer retries every few seconds).
 	refusalLogEvery = 30 * time.Second
+
+	// readBufBytes is each connection's read buffer.
+	readBufBytes = 64 << 10
 )
 
 // receiver is the server side: it checks what arrives and hands the messages
 // to Deliver.
 type receiver struct {
-	transportpb.UnimplementedRaftServer
 	clusterID uint64
 	localID   uint64
 	deliver   func(*raftpb.Message)
@@ -43,38 +43,78 @@ type receiver struct {
 	refusals map[string]time.Time // when each refusal text was last logged
 }
 
-// Send receives one peer's stream of Batches.
-func (r *receiver) Send(stream grpc.ClientStreamingServer[transportpb.Batch, transportpb.SendResult]) error {
-	ctx := stream.Context()
+// serve handles one incoming connection: a stream of Batches or one
+// snapshot, as its preface says. A refusal is answered (a status frame) and
+// logged; then the connection is closed.
+func (r *receiver) serve(c net.Conn) {
+	defer c.Close()
+	remote := c.RemoteAddr().String()
+	br, bw := bufio.NewReaderSize(c, readBufBytes), bufio.NewWriter(c)
+	_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	var head [len(preface) + 1]byte
+	if _, err := io.ReadFull(br, head[:]); err != nil {
+		r.log.Debug("raft connection from peer ended before its preface", "remote", remote, "err", err)
+		return
+	}
+	var what string
+	var err error
+	switch {
+	case string(head[:len(preface)]) != preface:
+		what, err = "raft connection", status.Error(codes.InvalidArgument, "not fence's raft protocol (bad preface)")
+	case head[len(preface)] == kindMessages:
+		what, err = "raft stream", r.receiveMessages(c, br, bw)
+	case head[len(preface)] == kindSnapshot:
+		what, err = "snapshot", r.receiveSnapshotConn(c, br, bw)
+	default:
+		what, err = "raft connection", status.Errorf(codes.InvalidArgument, "unknown stream kind %q", head[len(preface)])
+	}
+	if s, ok := status.FromError(err); ok && (s.Code() == codes.InvalidArgument || s.Code() == codes.FailedPrecondition) {
+		r.refuse(remote, what, err)
+		_ = c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+		_ = writeAnswer(bw, err)
+	} else if err != nil {
+		r.log.Debug(what+" from peer ended", "remote", remote, "err", err)
+	}
+}
+
+// receiveMessages receives one peer's stream of Batches: the first is a
+// handshake, answered OK once checked; the messages of every Batch are
+// delivered in order. It returns when the stream ends.
+func (r *receiver) receiveMessages(c net.Conn, br *bufio.Reader, bw *bufio.Writer) error {
 	accepted := false
 	var from uint64
 	for {
-		b, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return stream.SendAndClose(&transportpb.SendResult{})
+		limit := maxFrameBytes
+		if !accepted {
+			limit = maxHandshakeBytes
 		}
+		raw, err := readFrame(br, limit)
 		if err != nil {
-			if status.Code(err) != codes.Canceled {
-				r.log.Debug("raft stream from peer ended", "from", from, "remote", remoteAddr(ctx), "err", err)
+			if accepted && errors.Is(err, io.EOF) {
+				return nil
 			}
-			return err
+			return noEOF(err)
 		}
+		b := new(transportpb.Batch)
 		var msgs []*raftpb.Message
-		if accepted && b.GetFrom() != from {
+		switch {
+		case proto.Unmarshal(raw, b) != nil:
+			err = status.Error(codes.InvalidArgument, "a frame of the raft stream is no Batch")
+		case accepted && b.GetFrom() != from:
 			err = status.Errorf(codes.InvalidArgument, "a stream from node %d carried a batch from node %d", from, b.GetFrom())
-		} else {
+		default:
 			msgs, err = r.decodeBatch(b)
 		}
 		if err != nil {
-			r.refuse(ctx, "raft stream", err)
 			return err
 		}
 		if !accepted {
-			if err := stream.SendHeader(metadata.Pairs(acceptedKey, "1")); err != nil {
+			_ = c.SetDeadline(time.Time{}) // a stream may be quiet for long
+			if err := writeAnswer(bw, nil); err != nil {
 				return err
 			}
 			accepted, from = true, b.GetFrom()
-			r.log.Debug("raft stream from peer accepted", "from", from, "remote", remoteAddr(ctx))
+			r.log.Debug("raft stream from peer accepted", "from", from, "remote", c.RemoteAddr().String())
 		}
 		for _, m := range msgs {
 			r.deliver(m)
@@ -82,24 +122,41 @@ func (r *receiver) Send(stream grpc.ClientStreamingServer[transportpb.Batch, tra
 	}
 }
 
-// Snapshot receives one MsgSnap with its data.
-func (r *receiver) Snapshot(stream grpc.ClientStreamingServer[transportpb.SnapshotChunk, transportpb.SnapshotResult]) error {
-	ctx := stream.Context()
+// receiveSnapshotConn receives one MsgSnap, delivers it and answers OK.
+func (r *receiver) receiveSnapshotConn(c net.Conn, br *bufio.Reader, bw *bufio.Writer) error {
 	start := time.Now()
-	m, err := r.receiveSnapshot(stream.Recv)
-	if err != nil {
-		if s, ok := status.FromError(err); ok && (s.Code() == codes.InvalidArgument || s.Code() == codes.FailedPrecondition) {
-			r.refuse(ctx, "snapshot", err)
-		} else {
-			r.log.Debug("snapshot stream from peer broke", "remote", remoteAddr(ctx), "err", err)
+	first := true
+	m, err := r.receiveSnapshot(func() (*transportpb.SnapshotChunk, error) {
+		limit := snapChunkBytes + 1<<10 // a chunk of data and its field's tag
+		if first {
+			limit = maxFirstSnapBytes
 		}
+		raw, err := readFrame(br, limit)
+		if err != nil {
+			return nil, noEOF(err)
+		}
+		if len(raw) == 0 {
+			return nil, io.EOF // the end of the chunks
+		}
+		if first {
+			first = false
+			_ = c.SetReadDeadline(time.Time{}) // a large snapshot takes what it takes
+		}
+		ch := new(transportpb.SnapshotChunk)
+		if err := proto.Unmarshal(raw, ch); err != nil {
+			return nil, status.Error(codes.InvalidArgument, "a frame of the snapshot stream is no SnapshotChunk")
+		}
+		return ch, nil
+	})
+	if err != nil {
 		return err
 	}
 	meta := m.GetSnapshot().GetMetadata()
 	r.log.Info("snapshot received", "from", m.GetFrom(), "index", meta.GetIndex(), "term", meta.GetTerm(),
 		"bytes", len(m.GetSnapshot().GetData()), "took", time.Since(start))
 	r.deliver(m)
-	return stream.SendAndClose(&transportpb.SnapshotResult{})
+	_ = c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	return writeAnswer(bw, nil)
 }
 
 // checkHeader checks the ids that every Batch and every first SnapshotChunk
@@ -243,7 +300,7 @@ func (r *receiver) receiveSnapshot(recv func() (*transportpb.SnapshotChunk, erro
 
 // refuse logs a refused stream, at most once per refusalLogEvery for the
 // same refusal.
-func (r *receiver) refuse(ctx context.Context, what string, err error) {
+func (r *receiver) refuse(remote, what string, err error) {
 	msg := err.Error()
 	now := time.Now()
 	r.mu.Lock()
@@ -257,16 +314,8 @@ func (r *receiver) refuse(ctx context.Context, what string, err error) {
 	}
 	r.mu.Unlock()
 	if logIt {
-		r.log.Warn("refused a "+what+" from a peer", "remote", remoteAddr(ctx), "err", err)
+		r.log.Warn("refused a "+what+" from a peer", "remote", remote, "err", err)
 	} else {
-		r.log.Debug("refused a "+what+" from a peer again", "remote", remoteAddr(ctx), "err", err)
+		r.log.Debug("refused a "+what+" from a peer again", "remote", remote, "err", err)
 	}
-}
-
-// remoteAddr is the address a stream came from, for logs.
-func remoteAddr(ctx context.Context) string {
-	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
 }

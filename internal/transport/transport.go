@@ -9,13 +9,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/fencehq/fence/internal/transport/transportpb"
 )
 
 // Limits of the transport.
@@ -30,21 +24,28 @@ const (
 	// message travels alone.
 	maxBatchBytes = 4 << 20
 
-	// maxGRPCMsgBytes is the largest gRPC message the transport sends and
-	// accepts. A raft message must leave room for the Batch around it.
-	maxGRPCMsgBytes = 64 << 20
-	maxMsgBytes     = maxGRPCMsgBytes - 1024
+	// maxMsgBytes is the largest raft message: it leaves room in a frame
+	// for the Batch around it.
+	maxMsgBytes = maxFrameBytes - 1024
 
 	// snapChunkBytes is the most snapshot data one SnapshotChunk carries.
 	snapChunkBytes = 1 << 20
 
-	// handshakeTimeout bounds the wait for a receiver to accept a new stream.
+	// handshakeTimeout bounds a connection's set-up: the dial, the preface
+	// and handshake, the receiver's answer.
 	handshakeTimeout = 10 * time.Second
 
-	// keepaliveTime and keepaliveTimeout find a dead connection (a peer whose
-	// machine vanished) instead of waiting for TCP to give up.
-	keepaliveTime    = 10 * time.Second
-	keepaliveTimeout = 10 * time.Second
+	// defaultWriteTimeout fails a write that makes no progress for that
+	// long: a peer whose machine vanished, or that stopped reading.
+	defaultWriteTimeout = 10 * time.Second
+
+	// keepaliveTime is the TCP keepalive period on both ends, so that a
+	// receiver finds a connection from a vanished peer dead.
+	keepaliveTime = 10 * time.Second
+
+	// writeBufBytes is a stream's write buffer: a batch of small messages
+	// goes out in one write.
+	writeBufBytes = 64 << 10
 )
 
 // The reconnect backoff: minBackoff doubling up to maxBackoff, each wait
@@ -87,31 +88,24 @@ type Config struct {
 	SnapshotDone func(id uint64, ok bool)
 	// Log receives the transport's log; nil means slog.Default().
 	Log *slog.Logger
-	// ServerOptions are added to the gRPC server's options, after the
-	// transport's defaults (message size, keepalive), so they can override
-	// them. This is the seam for TLS: grpc.Creds(...).
-	ServerOptions []grpc.ServerOption
-	// DialOptions are added to every peer connection's options, after the
-	// transport's defaults, so they can override them. The default transport
-	// credentials are insecure (plaintext), fit for loopback and trusted
-	// networks only; TLS comes in as grpc.WithTransportCredentials(...).
-	DialOptions []grpc.DialOption
+
+	writeTimeout time.Duration // defaultWriteTimeout unless a test sets it
 }
 
-// Transport carries raft messages between this node and its peers over gRPC
-// streams. Its methods are safe for concurrent use.
+// Transport carries raft messages between this node and its peers over TCP
+// connections. Its methods are safe for concurrent use.
 type Transport struct {
 	cfg  Config
 	log  *slog.Logger
-	srv  *grpc.Server
 	rep  *reporter
 	recv *receiver
 
-	mu     sync.RWMutex
-	closed bool
-	peers  map[uint64]*peer
+	mu      sync.RWMutex
+	closed  bool
+	peers   map[uint64]*peer
+	inbound map[net.Conn]struct{} // accepted connections, closed by Close
 
-	wg sync.WaitGroup // Serve and every peer's sender
+	wg sync.WaitGroup // the accept loop, every peer's sender and every inbound connection's handler
 }
 
 // New checks cfg, then starts serving the raft protocol on cfg.Listener. It
@@ -133,31 +127,66 @@ func New(cfg Config) (*Transport, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "transport", "local_id", cfg.LocalID)
+	if cfg.writeTimeout == 0 {
+		cfg.writeTimeout = defaultWriteTimeout
+	}
 	t := &Transport{
-		cfg:   cfg,
-		log:   log,
-		rep:   newReporter(cfg.Unreachable, cfg.SnapshotDone),
-		peers: make(map[uint64]*peer),
+		cfg:     cfg,
+		log:     log,
+		rep:     newReporter(cfg.Unreachable, cfg.SnapshotDone),
+		peers:   make(map[uint64]*peer),
+		inbound: make(map[net.Conn]struct{}),
 	}
 	t.recv = &receiver{clusterID: cfg.ClusterID, localID: cfg.LocalID, deliver: cfg.Deliver, log: log}
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(maxGRPCMsgBytes),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
-	}
-	opts = append(opts, cfg.ServerOptions...)
-	// Last, so that Close can promise that no Deliver runs after it.
-	opts = append(opts, grpc.WaitForHandlers(true))
-	t.srv = grpc.NewServer(opts...)
-	transportpb.RegisterRaftServer(t.srv, t.recv)
 	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		if err := t.srv.Serve(cfg.Listener); err != nil {
-			t.log.Error("raft port stopped serving", "addr", cfg.Listener.Addr().String(), "err", err)
-		}
-	}()
+	go t.accept()
 	return t, nil
+}
+
+// accept serves each incoming connection on a goroutine of its own until
+// the Listener is closed. Any other failure to accept (out of descriptors,
+// say) is logged and retried after a pause: 5 ms, doubling to 1 s.
+func (t *Transport) accept() {
+	defer t.wg.Done()
+	pause := time.Duration(0)
+	for {
+		c, err := t.cfg.Listener.Accept()
+		if err != nil {
+			t.mu.RLock()
+			closed := t.closed
+			t.mu.RUnlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				if !closed {
+					t.log.Error("raft port stopped serving: its listener was closed", "addr", t.cfg.Listener.Addr().String(), "err", err)
+				}
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			t.log.Warn("raft port could not accept a connection; retrying", "addr", t.cfg.Listener.Addr().String(), "err", err, "retry_in", pause)
+			time.Sleep(pause)
+			continue
+		}
+		pause = 0
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetKeepAlivePeriod(keepaliveTime)
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			c.Close()
+			return
+		}
+		t.inbound[c] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go func() {
+			defer t.wg.Done()
+			t.recv.serve(c)
+			t.mu.Lock()
+			delete(t.inbound, c)
+			t.mu.Unlock()
+		}()
+	}
 }
 
 // Addr is the address the transport serves on (its Listener's).
@@ -280,32 +309,21 @@ func (t *Transport) Close() error {
 	for _, p := range peers {
 		p.stop()
 	}
-	t.srv.Stop() // closes the listener and the connections; waits for handlers
+	t.cfg.Listener.Close()
+	t.mu.Lock()
+	for c := range t.inbound {
+		c.Close() // ends its handler's read; a Deliver under way is waited for below
+	}
+	t.mu.Unlock()
 	t.wg.Wait()
 	t.rep.stop()
 	return nil
 }
 
-// newPeer makes peer id's connection (which dials nothing until a stream
-// needs it).
+// newPeer makes peer id at addr (which dials nothing until there is
+// something to send).
 func (t *Transport) newPeer(id uint64, addr string) (*peer, error) {
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{
-				BaseDelay:  minBackoff,
-				Multiplier: 2,
-				Jitter:     0.2,
-				MaxDelay:   maxBackoff,
-			},
-			MinConnectTimeout: 5 * time.Second,
-		}),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxGRPCMsgBytes)),
-	}
-	opts = append(opts, t.cfg.DialOptions...)
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -313,8 +331,6 @@ func (t *Transport) newPeer(id uint64, addr string) (*peer, error) {
 		t:      t,
 		id:     id,
 		addr:   addr,
-		conn:   conn,
-		client: transportpb.NewRaftClient(conn),
 		log:    t.log.With("peer", id, "addr", addr),
 		ctx:    ctx,
 		cancel: cancel,

@@ -1,9 +1,11 @@
 package transport
 
 import (
+	"bufio"
 	"bytes"
-	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"regexp"
@@ -16,9 +18,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -397,20 +397,13 @@ func indexes(msgs []*raftpb.Message) []uint64 {
 	return out
 }
 
-// smallWindows keeps gRPC's flow-control windows at their 64 KiB minimum
-// (no growth), so that a stalled receiver stalls the sender soon.
-func smallWindows(c *Config) {
-	c.ServerOptions = append(c.ServerOptions, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10))
-	c.DialOptions = append(c.DialOptions, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-}
-
 // TestQueueFullDropsAndNeverBlocks: with the receiver stalled inside
 // Deliver, Send keeps returning; the peer's queue fills, messages are
 // dropped and the peer is reported unreachable. What does arrive after the
 // receiver resumes arrives in order.
 func TestQueueFullDropsAndNeverBlocks(t *testing.T) {
-	a := newNode(t, 7, 1, "", smallWindows)
-	b := newNode(t, 7, 2, "", smallWindows)
+	a := newNode(t, 7, 1, "")
+	b := newNode(t, 7, 2, "")
 	wait, release := releaser(t)
 	var once sync.Once
 	stalled := make(chan struct{})
@@ -421,8 +414,8 @@ func TestQueueFullDropsAndNeverBlocks(t *testing.T) {
 	connect(a, b)
 
 	// 40 MiB of 1 KiB messages: far past what the queue (4096), the
-	// messages taken for sending (up to 2 batches of 4 MiB) and the windows
-	// hold.
+	// messages taken for sending (up to 2 batches of 4 MiB) and the
+	// loopback socket buffers hold.
 	const total = 40000
 	sent := make(chan struct{})
 	go func() {
@@ -481,8 +474,8 @@ func TestQueueFullDropsAndNeverBlocks(t *testing.T) {
 // receiver are blocked (in flow control, or waiting for the snapshot's
 // answer), and leaves no goroutine behind.
 func TestCloseWithStalledPeer(t *testing.T) {
-	a := newNode(t, 7, 1, "", smallWindows)
-	b := newNode(t, 7, 2, "", smallWindows)
+	a := newNode(t, 7, 1, "")
+	b := newNode(t, 7, 2, "")
 	wait, release := releaser(t)
 	b.setHook(func(*raftpb.Message) { <-wait })
 	connect(a, b)
@@ -520,47 +513,11 @@ func snapMsg(from, to uint64, size int) *raftpb.Message {
 	}
 }
 
-// countRecv is a server stream interceptor counting received messages per
-// method.
-type countRecv struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *countRecv) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, &countingStream{ServerStream: ss, c: c, method: info.FullMethod})
-}
-
-func (c *countRecv) get(method string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[method]
-}
-
-type countingStream struct {
-	grpc.ServerStream
-	c      *countRecv
-	method string
-}
-
-func (s *countingStream) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	if err == nil {
-		s.c.mu.Lock()
-		s.c.n[s.method]++
-		s.c.mu.Unlock()
-	}
-	return err
-}
-
 // TestSnapshot20MiB: a 20 MiB snapshot arrives whole, in 1 MiB chunks after
 // its header chunk, and SnapshotDone(id, true) is reported.
 func TestSnapshot20MiB(t *testing.T) {
-	counter := &countRecv{n: map[string]int{}}
 	a := newNode(t, 7, 1, "")
-	b := newNode(t, 7, 2, "", func(c *Config) {
-		c.ServerOptions = append(c.ServerOptions, grpc.StreamInterceptor(counter.intercept))
-	})
+	b := newNode(t, 7, 2, "")
 	connect(a, b)
 	m := snapMsg(1, 2, 20<<20)
 	a.tr.Send([]*raftpb.Message{m})
@@ -575,9 +532,6 @@ func TestSnapshot20MiB(t *testing.T) {
 	if !proto.Equal(got[0], m) {
 		t.Errorf("the snapshot arrived changed: %d bytes of data, metadata %v (sent %v)",
 			len(got[0].GetSnapshot().GetData()), got[0].GetSnapshot().GetMetadata(), m.GetSnapshot().GetMetadata())
-	}
-	if n := counter.get("/fence.transport.v1.Raft/Snapshot"); n != 1+20 {
-		t.Errorf("the snapshot came in %d chunks, want 1 header + 20 of 1 MiB", n)
 	}
 	if n := a.unreachable(2); n != 0 {
 		t.Errorf("node 2 reported unreachable %d times", n)
@@ -639,45 +593,73 @@ func TestSnapshotFailureReportsFalse(t *testing.T) {
 	})
 }
 
-// dialRaw opens a plain client to a transport's address.
-func dialRaw(t testing.TB, addr string) *grpc.ClientConn {
+// rawConn is a connection to a transport's address that speaks the wire
+// by hand, to put anything on it.
+type rawConn struct {
+	net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+// dialRaw connects to addr and sends the preface of a stream of kind.
+func dialRaw(t testing.TB, addr string, kind byte) *rawConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := net.DialTimeout("tcp", addr, failSafe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(failSafe))
+	rc := &rawConn{Conn: c, br: bufio.NewReader(c), bw: bufio.NewWriter(c)}
+	rc.bw.WriteString(preface)
+	rc.bw.WriteByte(kind)
+	return rc
 }
 
-// rawSend sends batches on a Send stream of its own and returns how the
-// stream ended.
-func rawSend(t testing.TB, addr string, batches ...*transportpb.Batch) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), failSafe)
-	defer cancel()
-	cs, err := transportpb.NewRaftClient(dialRaw(t, addr)).Send(ctx)
-	if err != nil {
+// finish flushes what was written, half-closes, and returns how the
+// receiver answered: the first refusal, or nil if it refused nothing.
+func (c *rawConn) finish() error {
+	if err := c.bw.Flush(); err != nil {
 		return err
 	}
-	for _, b := range batches {
-		if err := cs.Send(b); err != nil {
-			break // the status comes with CloseAndRecv
+	_ = c.Conn.(*net.TCPConn).CloseWrite()
+	for {
+		err := readAnswer(c.br)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
-	_, err = cs.CloseAndRecv()
-	return err
 }
 
-// rawCodec sends bytes as they are, to put garbage on the wire.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*v.(*[]byte) = append([]byte(nil), data...)
-	return nil
+// rawSend sends batches on a message stream of its own and returns how the
+// receiver answered.
+func rawSend(t testing.TB, addr string, batches ...*transportpb.Batch) error {
+	t.Helper()
+	c := dialRaw(t, addr, kindMessages)
+	for _, b := range batches {
+		if err := writeFrame(c.bw, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.finish()
 }
-func (rawCodec) Name() string { return "proto" }
+
+// rawSnapshot sends chunks and the end frame on a snapshot stream of its
+// own and returns how the receiver answered.
+func rawSnapshot(t testing.TB, addr string, chunks ...*transportpb.SnapshotChunk) error {
+	t.Helper()
+	c := dialRaw(t, addr, kindSnapshot)
+	for _, ch := range chunks {
+		if err := writeFrame(c.bw, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = writeFrameBytes(c.bw, nil)
+	return c.finish()
+}
 
 // TestGarbageRefused: bytes that are no Batch, messages that are no raft
 // message, local message types and inconsistent snapshots end their stream
@@ -716,20 +698,27 @@ func TestGarbageRefused(t *testing.T) {
 		t.Errorf("identity switch: %v, want InvalidArgument", err)
 	}
 
-	// Bytes that are no Batch at all.
-	ctx, cancel := context.WithTimeout(context.Background(), failSafe)
-	defer cancel()
-	cs, err := dialRaw(t, b.tr.Addr()).NewStream(ctx, &grpc.StreamDesc{ClientStreams: true},
-		"/fence.transport.v1.Raft/Send", grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
+	// Bytes that are no Batch at all, no protocol, or frames too large.
+	junk := dialRaw(t, b.tr.Addr(), kindMessages)
+	_ = writeFrameBytes(junk.bw, []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02})
+	if err := junk.finish(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a stream of junk ended with %v, want InvalidArgument", err)
 	}
-	junk := []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02}
-	_ = cs.SendMsg(&junk)
-	_ = cs.CloseSend()
-	var reply []byte
-	if err := cs.RecvMsg(&reply); status.Code(err) == codes.OK {
-		t.Errorf("a stream of junk ended with %v, want an error", err)
+	for _, c := range []struct {
+		name  string
+		bytes []byte
+		text  string
+	}{
+		{"another protocol", []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), "bad preface"},
+		{"unknown kind", []byte(preface + "X"), "unknown stream kind"},
+		{"huge frame", append([]byte(preface+"M"), 0xff, 0xff, 0xff, 0xff), "over the"},
+	} {
+		raw := dialRaw(t, b.tr.Addr(), 0)
+		raw.bw.Reset(raw.Conn) // drop the preface dialRaw wrote
+		raw.bw.Write(c.bytes)
+		if err := raw.finish(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s: %v, want InvalidArgument containing %q", c.name, err, c.text)
+		}
 	}
 
 	// Snapshots that do not add up.
@@ -748,16 +737,7 @@ func TestGarbageRefused(t *testing.T) {
 		{"header twice", []*transportpb.SnapshotChunk{{ClusterId: 7, From: 1, To: 2, Message: hdr, DataSize: 3}, {ClusterId: 7, Data: []byte("123")}}, "repeats its header"},
 	}
 	for _, c := range snapCases {
-		cs, err := transportpb.NewRaftClient(dialRaw(t, b.tr.Addr())).Snapshot(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ch := range c.chunks {
-			if cs.Send(ch) != nil {
-				break
-			}
-		}
-		_, err = cs.CloseAndRecv()
+		err := rawSnapshot(t, b.tr.Addr(), c.chunks...)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.text) {
 			t.Errorf("snapshot %s: %v, want InvalidArgument containing %q", c.name, err, c.text)
 		}
@@ -884,16 +864,27 @@ func TestNewChecksConfig(t *testing.T) {
 var ownFrame = regexp.MustCompile(`fence/internal/transport\.(\(\*(Transport|peer|stream|receiver|reporter)\)|New|newReporter)`)
 
 // checkOwnGoroutinesGone fails the test if any goroutine runs the
-// transport's code. Close waits for all of them, so this checks at once,
-// without the retries goleak allows for gRPC's own goroutines.
+// transport's code shortly after Close (which waits for all of them).
 func checkOwnGoroutinesGone(t testing.TB) {
 	t.Helper()
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if ownFrame.MatchString(g) {
-			t.Errorf("a goroutine of the transport outlived Close:\n%s", g)
+	// A goroutine that has signalled its WaitGroup may still be returning
+	// when Close does: allow it a moment (as goleak does), then report.
+	var left []string
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		buf := make([]byte, 1<<22)
+		buf = buf[:runtime.Stack(buf, true)]
+		left = left[:0]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if ownFrame.MatchString(g) {
+				left = append(left, g)
+			}
 		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, g := range left {
+		t.Errorf("a goroutine of the transport outlived Close:\n%s", g)
 	}
 }
 
@@ -958,5 +949,60 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	goleak.VerifyNone(t)
 	if nodes[1].numDelivered() != before || nodes[0].unreachable(9) != 0 {
 		t.Error("Send after Close delivered or reported something")
+	}
+}
+
+// TestSnapshotOnTheWire: a sender streams a 20 MiB snapshot as its header
+// chunk, 20 chunks of 1 MiB and the end frame, and takes the receiver's OK
+// as success (a test-side receiver reads the wire).
+func TestSnapshotOnTheWire(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	chunks := make(chan []int, 1)
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br, bw := bufio.NewReader(c), bufio.NewWriter(c)
+		head := make([]byte, len(preface)+1)
+		if _, err := io.ReadFull(br, head); err != nil || string(head) != preface+string(rune(kindSnapshot)) {
+			chunks <- nil
+			return
+		}
+		var sizes []int
+		for {
+			f, err := readFrame(br, maxFrameBytes)
+			if err != nil {
+				chunks <- nil
+				return
+			}
+			if len(f) == 0 {
+				break
+			}
+			var ch transportpb.SnapshotChunk
+			if proto.Unmarshal(f, &ch) != nil {
+				chunks <- nil
+				return
+			}
+			sizes = append(sizes, len(ch.GetData()))
+		}
+		chunks <- sizes
+		_ = writeAnswer(bw, nil)
+	}()
+	a := newNode(t, 7, 1, "")
+	a.tr.SetPeer(2, lis.Addr().String())
+	a.tr.Send([]*raftpb.Message{snapMsg(1, 2, 20<<20)})
+	sizes := <-chunks
+	if len(sizes) != 21 || sizes[0] != 0 || slices.ContainsFunc(sizes[1:], func(n int) bool { return n != snapChunkBytes }) {
+		t.Fatalf("chunk data sizes %v, want a header chunk and 20 of %d", sizes, snapChunkBytes)
+	}
+	waitFor(t, "the snapshot's outcome", func() bool { return len(a.snapshotResults()) > 0 })
+	if got := a.snapshotResults(); !slices.Equal(got, []snapResult{{2, true}}) {
+		t.Fatalf("snapshot results %v, want [{2 true}]", got)
 	}
 }
