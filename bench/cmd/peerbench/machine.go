@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,10 +15,11 @@ import (
 )
 
 // Machine is what bounds every system here, measured in the same run: the
-// cores, a loopback TCP round trip (back to back, and after an idle gap,
-// when the threads on both ends have gone to sleep and must be woken: what
-// each message of a call that waits on another process pays), and one
-// 4 KiB write + fdatasync on the disk that holds the data dirs.
+// cores, a loopback TCP round trip to another process (back to back, and
+// after an idle gap, when the threads on both ends have gone to sleep and
+// must be woken: what each message of a call that waits on another process
+// pays), and one 4 KiB write + fdatasync on the disk that holds the data
+// dirs.
 type Machine struct {
 	Host              string  `json:"host"`
 	Cores             int     `json:"cores"`
@@ -33,15 +36,30 @@ func (m Machine) String() string {
 		m.Host, m.Cores, m.LoopbackRTTus, m.IdleLoopbackRTTus, idleGap, m.FdatasyncUs)
 }
 
-func measureMachine(dir string) (Machine, error) {
+// measureMachine measures the machine; self is this program, run as the
+// echo process of the round trips.
+func measureMachine(dir, self string) (Machine, error) {
 	host, _ := os.Hostname()
 	b, _ := os.ReadFile("/proc/cpuinfo")
 	m := Machine{Host: host, Cores: strings.Count(string(b), "processor\t:")}
-	var err error
-	if m.LoopbackRTTus, err = loopbackRTT(2000, 0); err != nil {
+	echo := exec.Command(self, "loopback-echo")
+	out, err := echo.StdoutPipe()
+	if err != nil {
 		return m, err
 	}
-	if m.IdleLoopbackRTTus, err = loopbackRTT(1000, idleGap); err != nil {
+	if err := echo.Start(); err != nil {
+		return m, err
+	}
+	defer func() { _ = echo.Process.Kill(); _ = echo.Wait() }()
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return m, fmt.Errorf("the echo process: %w", err)
+	}
+	addr = strings.TrimSpace(addr)
+	if m.LoopbackRTTus, err = loopbackRTT(addr, 2000, 0); err != nil {
+		return m, err
+	}
+	if m.IdleLoopbackRTTus, err = loopbackRTT(addr, 1000, idleGap); err != nil {
 		return m, err
 	}
 	m.FdatasyncUs, err = fdatasync(filepath.Join(dir, "fdatasync-probe"), 1000)
@@ -66,22 +84,30 @@ func p50us(n int, gap time.Duration, op func() error) (float64, error) {
 	return float64(d[n/2]) / float64(time.Microsecond), nil
 }
 
-// loopbackRTT pings a one-byte echo over 127.0.0.1 n times, gap apart.
-func loopbackRTT(n int, gap time.Duration) (float64, error) {
+// loopbackEcho is the echo process: it prints its address, then echoes
+// every connection until it is killed (measureMachine kills it).
+func loopbackEcho() {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		fmt.Fprintln(os.Stderr, "loopback-echo:", err)
+		os.Exit(1)
 	}
-	defer ln.Close()
-	go func() {
+	fmt.Println(ln.Addr().String())
+	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		defer c.Close()
-		_, _ = io.Copy(c, c)
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}
+
+// loopbackRTT pings a one-byte echo at addr n times, gap apart.
+func loopbackRTT(addr string, n int, gap time.Duration) (float64, error) {
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return 0, err
 	}

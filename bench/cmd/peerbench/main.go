@@ -74,6 +74,10 @@ func main() {
 		etcdMember(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "loopback-echo" {
+		loopbackEcho()
+		return
+	}
 	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run)")
 	runs := flag.Int("runs", 3, "rounds (each system fresh in each); medians are over these")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
@@ -186,7 +190,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	m, err := measureMachine(tmp)
+	m, err := measureMachine(tmp, self)
 	if err != nil {
 		return fmt.Errorf("measure the machine: %w", err)
 	}
