@@ -16,7 +16,7 @@ import (
 // cannot stand in the next one's way), so a call stuck on the dead member
 // costs at most that much: the figures are exact to about attemptTimeout. The killed member is restarted and the cluster given time to heal
 // before the next kill. Every wait is bounded.
-func failover(ctx context.Context, sys system, kills int) ([]float64, error) {
+func failover(ctx context.Context, name string, sys system, kills int) ([]float64, error) {
 	c, ok := sys.(peers.Cluster)
 	if !ok {
 		return nil, bench.ErrUnsupported
@@ -45,7 +45,7 @@ func failover(ctx context.Context, sys system, kills int) ([]float64, error) {
 			return secs, fmt.Errorf("kill %d: no grant: %w", i+1, err)
 		}
 		secs = append(secs, took.Seconds())
-		fmt.Printf("  %s failover %d: first grant %.3f s after the kill\n", sys.Name(), i+1, took.Seconds())
+		fmt.Printf("  %s failover %d: first grant %.3f s after the kill\n", name, i+1, took.Seconds())
 		if err := victim.Restart(); err != nil {
 			return secs, err
 		}

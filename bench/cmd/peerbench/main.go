@@ -219,7 +219,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		secs, err := failover(ctx, sys, o.kills)
+		secs, err := failover(ctx, name, sys, o.kills)
 		sys.Stop()
 		if errors.Is(err, bench.ErrUnsupported) {
 			continue
