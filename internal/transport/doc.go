@@ -7,7 +7,10 @@
 // A connection carries one stream. It opens with the preface "FNCRAFT1" and a
 // kind byte: 'M' for a stream of Batches, 'S' for one snapshot. Then come
 // frames: a 4-byte big-endian length and that many bytes of a marshaled
-// message (a Batch, or a SnapshotChunk); frames over 64 MiB are refused. The
+// message (a Batch, or a SnapshotChunk). Frames over 64 MiB are refused, and
+// so is a first frame over 1 KiB (a handshake) or 1 MiB (a snapshot's
+// header), since it is read before anything about the peer is known; a
+// frame's body is read as it arrives, never allocated on the peer's word. The
 // receiver answers with frames of its own, each a google.rpc.Status: OK
 // accepts a stream (after its first Batch) or a snapshot (once delivered);
 // any other code refuses, and the receiver closes the connection. No gRPC
