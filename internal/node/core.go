@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/planted"
+	"github.com/fencehq/fence/internal/stagetrace"
 	"github.com/fencehq/fence/internal/transport"
 )
 
@@ -231,6 +232,7 @@ func (c *core) step(m *raftpb.Message) {
 		c.cfg.logger.Warn("refused a raft message no member sends", "type", m.GetType().String(), "from", m.GetFrom(), "to", m.GetTo())
 		return
 	}
+	stagetrace.Msg("step", m)
 	c.stepLocal(m)
 }
 
@@ -598,6 +600,7 @@ func (c *core) applyNormal(e *raftpb.Entry) {
 		return
 	}
 	id := binary.BigEndian.Uint64(data)
+	stagetrace.Mark("apply", e.GetIndex())
 	res := c.cfg.sm.apply(e.GetIndex(), data[8:])
 	if req := c.proposals[id]; req != nil {
 		delete(c.proposals, id)

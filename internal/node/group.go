@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/fencehq/fence/internal/stagetrace"
 )
 
 // group runs a core: the loop goroutine owns it (ticks, messages,
@@ -142,6 +144,10 @@ func (g *group) round() bool {
 	}
 	for {
 		send, appends := g.c.ready()
+		stagetrace.Writes("ready", appends)
+		for _, m := range send {
+			stagetrace.Msg("send", m)
+		}
 		g.trans.Send(send)
 		if len(appends) == 0 || !g.writesInline() {
 			for _, m := range appends {
@@ -152,10 +158,12 @@ func (g *group) round() bool {
 		}
 		// A follower has nothing to do while its write is under way that
 		// a hand-off to the idle worker and back would not delay more.
+		stagetrace.Writes("write-start", appends)
 		if err := g.c.persist(appends); err != nil {
 			g.fail(fmt.Errorf("raft log write failed: %w", err))
 			return false
 		}
+		stagetrace.Writes("write-done", appends)
 		for _, m := range appends {
 			send, err := g.c.persisted(m)
 			if err != nil {
@@ -205,10 +213,12 @@ func (g *group) appendWorker() {
 			if len(writes) == 0 {
 				return true
 			}
+			stagetrace.Writes("write-start", writes)
 			if err := g.c.persist(writes); err != nil {
 				g.fail(fmt.Errorf("raft log write failed: %w", err))
 				return false
 			}
+			stagetrace.Writes("write-done", writes)
 			for _, m := range writes {
 				// Responses to other members go out now that the write is
 				// durable; the loop steps the rest (and restores a snapshot
@@ -301,6 +311,7 @@ func (g *group) failure() error {
 
 // deliver hands the loop a message from the network.
 func (g *group) deliver(m *raftpb.Message) {
+	stagetrace.Msg("deliver", m)
 	select {
 	case g.inbox <- m:
 	case <-g.stop:
