@@ -122,12 +122,9 @@ func (g *group) loop() {
 		case <-g.doneQ.ready:
 			for _, m := range g.doneQ.take() {
 				g.writesOut--
-				send, err := g.c.persisted(m)
-				if err != nil {
-					g.fail(err)
+				if !g.release(m) {
 					return
 				}
-				g.trans.Send(send)
 			}
 		}
 		if !g.round() {
@@ -145,9 +142,7 @@ func (g *group) round() bool {
 	for {
 		send, appends := g.c.ready()
 		stagetrace.Writes("ready", appends)
-		for _, m := range send {
-			stagetrace.Msg("send", m)
-		}
+		stagetrace.Msgs("send", send)
 		g.trans.Send(send)
 		if len(appends) == 0 || !g.writesInline() {
 			for _, m := range appends {
@@ -158,19 +153,13 @@ func (g *group) round() bool {
 		}
 		// A follower has nothing to do while its write is under way that
 		// a hand-off to the idle worker and back would not delay more.
-		stagetrace.Writes("write-start", appends)
-		if err := g.c.persist(appends); err != nil {
-			g.fail(fmt.Errorf("raft log write failed: %w", err))
+		if !g.write(appends) {
 			return false
 		}
-		stagetrace.Writes("write-done", appends)
 		for _, m := range appends {
-			send, err := g.c.persisted(m)
-			if err != nil {
-				g.fail(err)
+			if !g.release(m) {
 				return false
 			}
-			g.trans.Send(send)
 		}
 	}
 	for _, s := range g.c.takeSnapshots() {
@@ -187,6 +176,31 @@ func (g *group) round() bool {
 		default:
 		}
 	}
+	return true
+}
+
+// write makes log writes durable, in order; a failed write stops the node.
+// The append worker calls it, and a follower's loop (writesInline).
+func (g *group) write(ms []*raftpb.Message) bool {
+	stagetrace.Writes("write-start", ms)
+	if err := g.c.persist(ms); err != nil {
+		g.fail(fmt.Errorf("raft log write failed: %w", err))
+		return false
+	}
+	stagetrace.Writes("write-done", ms)
+	return true
+}
+
+// release takes back a durable write on the loop: core.persisted steps its
+// local responses (after restoring a snapshot it carries) and the rest go
+// out. It returns false if the node stopped.
+func (g *group) release(m *raftpb.Message) bool {
+	send, err := g.c.persisted(m)
+	if err != nil {
+		g.fail(err)
+		return false
+	}
+	g.trans.Send(send)
 	return true
 }
 
@@ -213,12 +227,9 @@ func (g *group) appendWorker() {
 			if len(writes) == 0 {
 				return true
 			}
-			stagetrace.Writes("write-start", writes)
-			if err := g.c.persist(writes); err != nil {
-				g.fail(fmt.Errorf("raft log write failed: %w", err))
+			if !g.write(writes) {
 				return false
 			}
-			stagetrace.Writes("write-done", writes)
 			for _, m := range writes {
 				// Responses to other members go out now that the write is
 				// durable; the loop steps the rest (and restores a snapshot

@@ -40,8 +40,7 @@ type proposer struct {
 	queue  []*proposal // guarded by mu, in arrival order
 	closed error       // guarded by mu: the loop has ended; new proposals get this
 
-	inflight int    // the loop's: batches proposed and not yet answered
-	buf      []byte // the loop's: the encoding buffer
+	inflight int // the loop's: batches proposed and not yet answered
 }
 
 type proposal struct {
@@ -159,11 +158,10 @@ func (p *proposer) next() *request {
 	for i, pr := range batch {
 		cmds[i] = pr.cmd
 	}
-	p.buf = fsm.EncodeBatch(p.buf[:0], cmds)
 	p.inflight++
 	p.metrics.BatchSize.Observe(float64(len(batch)))
 	start := time.Now()
-	return &request{data: append([]byte(nil), p.buf...), then: func(o outcome) {
+	return &request{data: fsm.EncodeBatch(nil, cmds), then: func(o outcome) {
 		p.inflight--
 		p.answer(batch, o, start)
 	}}

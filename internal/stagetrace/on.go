@@ -51,6 +51,13 @@ func Msg(stage string, m *raftpb.Message) {
 	}
 }
 
+// Msgs marks each of ms as Msg does.
+func Msgs(stage string, ms []*raftpb.Message) {
+	for _, m := range ms {
+		Msg(stage, m)
+	}
+}
+
 // Writes marks each log write of ms that holds entries, at its last one.
 func Writes(stage string, ms []*raftpb.Message) {
 	for _, m := range ms {
