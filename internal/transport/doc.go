@@ -1,5 +1,6 @@
 // Package transport carries raft messages (go.etcd.io/raft/v3 raftpb.Message)
-// between fence nodes over TCP on the raft port. The messages on the wire are
+// between fence nodes over TCP on the raft port, in mutual TLS when
+// configured (see TLS below). The messages on the wire are
 // transportpb/transport.proto's; the framing is this package's (wire.go).
 //
 // # Wire
@@ -71,6 +72,30 @@
 //
 // # TLS
 //
-// The connections are plaintext, which fits loopback and trusted networks
-// only; TLS (crypto/tls around the same connections) is issue 13's.
+// With Config.ServerTLS and Config.ClientTLS, every connection on the raft
+// port is mutual TLS (crypto/tls) and the wire above runs inside it,
+// unchanged. The server's handshake comes first, bounded by the connection's
+// set-up deadline (10 s, which it shares with the preface and the first
+// frame); the cluster's server config requires a client certificate and
+// verifies it against the members' CA, so a connection without one, with
+// one of another CA, or that speaks no TLS, is closed before a byte of the
+// raft protocol is read, and the refusal is logged (Warn, with the remote
+// address). The dialer does its handshake explicitly within the same 10 s,
+// with a config that Config.ClientTLS gives per dial (so rotated
+// certificates take effect on the next connection; open ones keep theirs),
+// and verifies that the peer's certificate is of the CA and names the
+// peer's host; a failed handshake fails the dial ("TLS handshake with
+// <addr>: ..."), reported, logged and retried like any other. Under TLS 1.3
+// the server checks the client's certificate after the client's handshake
+// is over, so a refused client learns it from the server's alert when it
+// reads the stream's answer ("the peer refused the TLS connection ...:
+// remote error: tls: ..."). Closing a TLS connection closes the TCP
+// connection at once, without a close_notify alert: the frames say where a
+// stream ends.
+//
+// TLS authenticates the member at the other end (any holder of a
+// certificate of the CA); which raft node it is remains the Batch's word,
+// checked as above. Without ServerTLS and ClientTLS the connections are
+// plaintext, which fits loopback and trusted networks only. A cluster sets
+// both on every member; one alone is for tests.
 package transport

@@ -171,15 +171,27 @@ func (p *peer) failed(err error, bo *time.Duration) bool {
 	return true
 }
 
-// dial connects to the peer and sends the preface for a stream of kind.
-// The connection closes when the peer stops.
+// dial connects to the peer (with Config.ClientTLS, doing the TLS
+// handshake) and sends the preface for a stream of kind. The connection
+// closes when the peer stops.
 func (p *peer) dial(kind byte) (net.Conn, *bufio.Reader, *bufio.Writer, error) {
 	d := net.Dialer{Timeout: handshakeTimeout, KeepAlive: keepaliveTime}
 	raw, err := d.DialContext(p.ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c := &closeConn{Conn: raw, stop: context.AfterFunc(p.ctx, func() { raw.Close() })}
+	conn := raw
+	if p.t.cfg.ClientTLS != nil {
+		tc, err := p.clientTLS(raw)
+		if err != nil {
+			raw.Close()
+			return nil, nil, nil, err
+		}
+		conn = tc // whose Close closes raw
+	}
+	// The hook closes the TCP connection, under TLS too: that ends a read
+	// or write under way at once.
+	c := &closeConn{Conn: conn, stop: context.AfterFunc(p.ctx, func() { raw.Close() })}
 	bw := bufio.NewWriterSize(deadlineConn{c, p.t.cfg.writeTimeout}, writeBufBytes)
 	_, _ = bw.WriteString(preface)
 	_ = bw.WriteByte(kind)
@@ -187,7 +199,7 @@ func (p *peer) dial(kind byte) (net.Conn, *bufio.Reader, *bufio.Writer, error) {
 }
 
 // closeConn is a connection that also drops the hook closing it when its
-// peer stops.
+// peer stops. Under it is the TCP connection or a *tlsConn over it.
 type closeConn struct {
 	net.Conn
 	stop func() bool
@@ -221,6 +233,8 @@ func (p *peer) open() (*stream, error) {
 			err = errors.New("the peer ended the stream without accepting it")
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			err = fmt.Errorf("the peer did not accept the stream within %v", handshakeTimeout)
+		default:
+			err = explainTLSRefusal(err)
 		}
 		return nil, err
 	}
@@ -386,7 +400,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) error {
 	if err != nil { // the peer's answer, if it refused, says more
 		c.Close()
 		if a := <-answer; a != nil && !errors.Is(a, io.EOF) && !errors.Is(a, net.ErrClosed) {
-			return a
+			return explainTLSRefusal(a)
 		}
 		return err
 	}
@@ -394,7 +408,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) error {
 		if errors.Is(err, io.EOF) {
 			return errors.New("the peer ended the snapshot stream without taking it")
 		}
-		return err
+		return explainTLSRefusal(err)
 	}
 	return nil
 }

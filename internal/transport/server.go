@@ -45,12 +45,27 @@ type receiver struct {
 
 // serve handles one incoming connection: a stream of Batches or one
 // snapshot, as its preface says. A refusal is answered (a status frame) and
-// logged; then the connection is closed.
+// logged; then the connection is closed. A TLS connection (a *tlsConn, with
+// Config.ServerTLS) first does its handshake, and one that fails it is
+// logged and closed, before a byte of the raft protocol is read. The
+// handshake, the preface and the first frame share one deadline,
+// handshakeTimeout from the accept.
 func (r *receiver) serve(c net.Conn) {
 	defer c.Close()
 	remote := c.RemoteAddr().String()
+	deadline := time.Now().Add(handshakeTimeout)
+	_ = c.SetReadDeadline(deadline)
+	if tc, ok := c.(*tlsConn); ok {
+		if err := serverHandshake(tc, deadline); err != nil {
+			if quietHandshakeError(err) {
+				r.log.Debug("raft connection from peer ended before its TLS handshake", "remote", remote, "err", err)
+			} else {
+				r.log.Warn("refused a TLS handshake on the raft port", "remote", remote, "err", err)
+			}
+			return
+		}
+	}
 	br, bw := bufio.NewReaderSize(c, readBufBytes), bufio.NewWriter(c)
-	_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	var head [len(preface) + 1]byte
 	if _, err := io.ReadFull(br, head[:]); err != nil {
 		r.log.Debug("raft connection from peer ended before its preface", "remote", remote, "err", err)

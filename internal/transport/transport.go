@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -31,8 +32,8 @@ const (
 	// snapChunkBytes is the most snapshot data one SnapshotChunk carries.
 	snapChunkBytes = 1 << 20
 
-	// handshakeTimeout bounds a connection's set-up: the dial, the preface
-	// and handshake, the receiver's answer.
+	// handshakeTimeout bounds a connection's set-up: the dial, the TLS
+	// handshake, the preface and handshake Batch, the receiver's answer.
 	handshakeTimeout = 10 * time.Second
 
 	// defaultWriteTimeout fails a write that makes no progress for that
@@ -89,11 +90,42 @@ type Config struct {
 	// Log receives the transport's log; nil means slog.Default().
 	Log *slog.Logger
 
+	// ServerTLS, if set, makes the raft port speak TLS: every accepted
+	// connection does a TLS handshake with this config, bounded by the
+	// handshake timeout (10 s, shared with the preface and the first Batch),
+	// before anything of the raft protocol is read. A cluster's config
+	// requires and verifies client certificates against the members' CA
+	// (tls.RequireAndVerifyClientCert), so only a holder of a certificate
+	// of that CA gets a stream: a refused handshake is logged (Warn, with
+	// the remote address) and the connection closed, before a byte of raft
+	// is read. The config's GetConfigForClient or GetCertificate may give
+	// the current certificates per handshake, so they rotate without a
+	// restart; open connections keep theirs.
+	ServerTLS *tls.Config
+	// ClientTLS, if set, makes every connection to a peer (its message
+	// stream and each snapshot) a TLS client of it: ClientTLS is called with
+	// the peer's address for each dial, so its config (and a rotated
+	// certificate) is fresh every time, and the handshake must complete
+	// within the handshake timeout (10 s) or the dial fails, like a refused
+	// connection (logged, the peer reported unreachable, retried with
+	// backoff). The config must verify the peer's certificate (RootCAs: the
+	// members' CA) and present this node's; a ServerName left empty is set
+	// to the address's host, as tls.Dial does. A peer that refuses this
+	// node's certificate says so after the handshake under TLS 1.3: the
+	// stream then fails with the peer's alert ("remote error: tls: ...").
+	//
+	// With neither ServerTLS nor ClientTLS the raft port is plaintext. A
+	// cluster sets both, with certificates of one CA, on every member: a
+	// member with only one of them cannot talk to the others (setting one
+	// alone is for tests).
+	ClientTLS func(addr string) *tls.Config
+
 	writeTimeout time.Duration // defaultWriteTimeout unless a test sets it
 }
 
 // Transport carries raft messages between this node and its peers over TCP
-// connections. Its methods are safe for concurrent use.
+// connections, in TLS when Config.ServerTLS and Config.ClientTLS are set.
+// Its methods are safe for concurrent use.
 type Transport struct {
 	cfg  Config
 	log  *slog.Logger
@@ -170,18 +202,23 @@ func (t *Transport) accept() {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetKeepAlivePeriod(keepaliveTime)
 		}
+		conn := c // what serve speaks on: c itself, or TLS over it
+		if t.cfg.ServerTLS != nil {
+			// The handshake is serve's, under the set-up deadline.
+			conn = &tlsConn{Conn: tls.Server(c, t.cfg.ServerTLS), raw: c}
+		}
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
 			c.Close()
 			return
 		}
-		t.inbound[c] = struct{}{}
+		t.inbound[c] = struct{}{} // the TCP connection: closing it never blocks
 		t.wg.Add(1)
 		t.mu.Unlock()
 		go func() {
 			defer t.wg.Done()
-			t.recv.serve(c)
+			t.recv.serve(conn)
 			t.mu.Lock()
 			delete(t.inbound, c)
 			t.mu.Unlock()
