@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -38,6 +39,7 @@ type Client struct {
 	addMu sync.Mutex                // serialises growing ms
 	cur   atomic.Int32              // index into ms of the member believed to lead
 	opts  options
+	creds credentials.TransportCredentials // TLS, or plaintext with WithInsecure
 
 	mu       sync.Mutex
 	sessions map[sessionKey]*session      // guarded by mu; live sessions by TTL and margin
@@ -60,7 +62,15 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 	if _, err := o.sessionKey(); err != nil {
 		return nil, err
 	}
-	c := &Client{opts: o, sessions: map[sessionKey]*session{}, creating: map[sessionKey]chan struct{}{}}
+	tlsCfg, err := o.transportTLS()
+	if err != nil {
+		return nil, err
+	}
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	c := &Client{opts: o, creds: creds, sessions: map[sessionKey]*session{}, creating: map[sessionKey]chan struct{}{}}
 	var ms []*member
 	for _, t := range targets {
 		m, err := c.connect(t)
@@ -94,7 +104,7 @@ type member struct {
 
 func (c *Client) connect(addr string) (*member, error) {
 	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(c.creds),
 		// A member cut off without a TCP reset leaves a connection that looks
 		// fine; pings find it dead within ~3s, its calls fail UNAVAILABLE and
 		// the client moves on to the next member.

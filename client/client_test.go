@@ -72,7 +72,7 @@ func dial(t testing.TB, addr string, opts ...client.Option) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, []string{addr}, opts...)
+	c, err := client.Dial(ctx, []string{addr}, append([]client.Option{client.WithInsecure()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestDoContextEndsWithLease(t *testing.T) {
 // stdout, its token and then how the lease ended.
 func holderProcess() int {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, []string{os.Getenv("FENCE_ADDR")}, client.WithTTL(500*time.Millisecond), client.WithLockDelay(0))
+	c, err := client.Dial(ctx, []string{os.Getenv("FENCE_ADDR")}, client.WithInsecure(), client.WithTTL(500*time.Millisecond), client.WithLockDelay(0))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

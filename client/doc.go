@@ -7,11 +7,18 @@
 // [Client.TryLock] (fails at once with [ErrLocked]), or run a function under
 // it with [Client.Do]:
 //
-//	c, err := client.Dial(ctx, []string{"127.0.0.1:7300"})
+//	c, err := client.Dial(ctx, []string{"127.0.0.1:7300"},
+//		client.WithTLSFiles("fence-data/tls/ca.crt", "fence-data/tls/client.crt", "fence-data/tls/client.key"))
 //	...
 //	err = c.Do(ctx, "jobs/nightly", func(ctx context.Context, token uint64) error {
 //		return writeTotals(ctx, token) // every write carries the token
 //	})
+//
+// fence servers speak TLS and want a client certificate of the cluster's CA:
+// [WithTLSFiles] or [WithTLS] give it (a dev server made by `fence serve`
+// keeps a CA and a client certificate in <data-dir>/tls), or FENCE_CA,
+// FENCE_CERT and FENCE_KEY name the files. [WithInsecure] talks plaintext to
+// a server started with --insecure. With none of these, Dial refuses.
 //
 // Each Client holds one server lease (a session) per TTL and safety margin,
 // shared by all its locks with that TTL and margin and renewed every TTL/3 on

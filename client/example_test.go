@@ -9,27 +9,33 @@ import (
 
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/internal/locktest"
+	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/server"
 )
 
 // exampleServer starts a real single-node server in a temp dir for the
-// examples and returns its address and a stop func.
-func exampleServer() (string, func()) {
+// examples, serving TLS with the dev certificates it creates there (as
+// `fence serve` does), and returns its address, the client certificate's
+// files and a stop func.
+func exampleServer() (string, pki.Files, func()) {
 	dir, _ := os.MkdirTemp("", "fence-example")
-	srv, err := locktest.Run(locktest.Config(dir))
+	cfg := locktest.Config(dir)
+	cfg.Insecure = false
+	srv, err := locktest.Run(cfg)
 	if err != nil {
 		panic(err)
 	}
-	return srv.GRPCAddr(), func() { srv.Close(); os.RemoveAll(dir) }
+	return srv.GRPCAddr(), pki.ClientFiles(server.DevTLSDir(dir)), func() { srv.Close(); os.RemoveAll(dir) }
 }
 
 // Run a job once across a fleet: Do waits for the lock, runs the function
 // with the fencing token, and releases.
 func ExampleClient_Do() {
-	addr, stop := exampleServer()
+	addr, certs, stop := exampleServer()
 	defer stop()
 	ctx := context.Background()
 
-	c, err := client.Dial(ctx, []string{addr}, client.WithTTL(30*time.Second))
+	c, err := client.Dial(ctx, []string{addr}, client.WithTLSFiles(certs.CA, certs.Cert, certs.Key), client.WithTTL(30*time.Second))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -50,13 +56,14 @@ func ExampleClient_Do() {
 
 // TryLock says at once who holds a lock.
 func ExampleClient_TryLock() {
-	addr, stop := exampleServer()
+	addr, certs, stop := exampleServer()
 	defer stop()
 	ctx := context.Background()
 
-	alice, _ := client.Dial(ctx, []string{addr}, client.WithOwner("alice"))
+	tls := client.WithTLSFiles(certs.CA, certs.Cert, certs.Key)
+	alice, _ := client.Dial(ctx, []string{addr}, tls, client.WithOwner("alice"))
 	defer alice.Close()
-	bob, _ := client.Dial(ctx, []string{addr}, client.WithOwner("bob"))
+	bob, _ := client.Dial(ctx, []string{addr}, tls, client.WithOwner("bob"))
 	defer bob.Close()
 
 	lease, err := alice.TryLock(ctx, "leader")
@@ -83,10 +90,10 @@ func ExampleClient_TryLock() {
 
 // A holder watches its lease while it works and stops when it ends.
 func ExampleLease_Done() {
-	addr, stop := exampleServer()
+	addr, certs, stop := exampleServer()
 	defer stop()
 	ctx := context.Background()
-	c, _ := client.Dial(ctx, []string{addr})
+	c, _ := client.Dial(ctx, []string{addr}, client.WithTLSFiles(certs.CA, certs.Cert, certs.Key))
 	defer c.Close()
 
 	lease, _ := c.Lock(ctx, "compactor")

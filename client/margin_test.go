@@ -79,7 +79,7 @@ func TestMarginNotShorterThanTTL(t *testing.T) {
 	if _, err := c.Lock(ctxT(t, 5*time.Second), "m", client.WithTTL(2*time.Second), client.WithSafetyMargin(2*time.Second)); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("Lock with margin = TTL: %v, want ErrInvalid", err)
 	}
-	if _, err := client.Dial(ctxT(t, 5*time.Second), []string{ts.addr}, client.WithTTL(time.Second), client.WithSafetyMargin(5*time.Second)); !errors.Is(err, client.ErrInvalid) {
+	if _, err := client.Dial(ctxT(t, 5*time.Second), []string{ts.addr}, client.WithInsecure(), client.WithTTL(time.Second), client.WithSafetyMargin(5*time.Second)); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("Dial with margin > TTL: %v, want ErrInvalid", err)
 	}
 }

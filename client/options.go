@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencehq/fence/internal/clock"
+	"github.com/fencehq/fence/internal/pki"
 )
 
 // Option configures a Client (Dial) or one lock (Lock, TryLock, Do).
@@ -21,6 +24,9 @@ type options struct {
 	owner      string
 	observer   Observer
 	dialOpts   []grpc.DialOption
+	tls        *tls.Config // WithTLS, WithTLSFiles, or the FENCE_CA/CERT/KEY files
+	tlsFiles   *pki.Files  // WithTLSFiles: read by Dial
+	insecure   bool        // WithInsecure: plaintext
 	adminToken string
 	clock      clock.Clock // lease timing: deadlines, renewals; tests inject a fake
 	settleFor  time.Duration
@@ -104,6 +110,68 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.observer = 
 // RemoveMember, TransferLeader), for servers started with an admin token.
 // Without a token, servers accept admin calls only from their own machine.
 func WithAdminToken(token string) Option { return func(o *options) { o.adminToken = token } }
+
+// WithTLS connects over TLS with cfg (its certificate identifies this
+// client; its RootCAs must hold the cluster's CA). fence servers require a
+// client certificate unless they run with --insecure.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) { o.tls, o.tlsFiles, o.insecure = cfg, nil, false }
+}
+
+// WithTLSFiles connects over TLS with the client certificate certFile and
+// its key keyFile, trusting servers whose certificates chain to caFile (PEM
+// files, as `fence certs` writes them; a dev server keeps them in
+// <data-dir>/tls: ca.crt, client.crt, client.key). Dial reads them.
+func WithTLSFiles(caFile, certFile, keyFile string) Option {
+	return func(o *options) {
+		o.tls, o.tlsFiles, o.insecure = nil, &pki.Files{CA: caFile, Cert: certFile, Key: keyFile}, false
+	}
+}
+
+// WithInsecure connects in plaintext, to a server started with --insecure:
+// anyone on the network path can read and change the calls, lease secrets
+// included. Only for tests and trusted loopback setups.
+func WithInsecure() Option {
+	return func(o *options) { o.tls, o.tlsFiles, o.insecure = nil, nil, true }
+}
+
+// Environment variables naming a client's TLS files when no TLS option is
+// given (all three, or none).
+const (
+	EnvCA   = "FENCE_CA"
+	EnvCert = "FENCE_CERT"
+	EnvKey  = "FENCE_KEY"
+)
+
+// errNoTLS: Dial got no TLS option and no FENCE_CA/CERT/KEY.
+var errNoTLS = errors.New("fence: no TLS configured: pass client.WithTLSFiles(ca, cert, key) (a dev server's are in <data-dir>/tls), " +
+	"set " + EnvCA + ", " + EnvCert + " and " + EnvKey + ", or pass client.WithInsecure() for a server started with --insecure")
+
+// transportTLS resolves how Dial connects: nil for plaintext (WithInsecure),
+// else the TLS config from the options or the environment.
+func (o *options) transportTLS() (*tls.Config, error) {
+	switch {
+	case o.insecure:
+		return nil, nil
+	case o.tls != nil:
+		return o.tls.Clone(), nil
+	case o.tlsFiles != nil:
+		cfg, err := pki.ClientTLS(*o.tlsFiles)
+		if err != nil {
+			return nil, fmt.Errorf("fence: TLS files: %w", err)
+		}
+		return cfg, nil
+	}
+	env := pki.Files{CA: os.Getenv(EnvCA), Cert: os.Getenv(EnvCert), Key: os.Getenv(EnvKey)}
+	if !env.Set() {
+		return nil, errNoTLS
+	}
+	cfg, err := pki.ClientTLS(env)
+	if err != nil {
+		return nil, fmt.Errorf("fence: TLS files from %s, %s, %s: %w", EnvCA, EnvCert, EnvKey, err)
+	}
+	return cfg, nil
+}
 
 // WithDialOptions passes options to grpc.NewClient (TLS credentials, interceptors).
 // Without any, the client connects without TLS.

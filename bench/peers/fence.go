@@ -67,12 +67,17 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration) (*Fence
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, basePort+10*i+2))
 	}
 	f := &Fence{Fence: bench.Fence{TTL: ttl}}
+	// Plaintext, as the peers run; a fence from before TLS has no flag for it.
+	var plain []string
+	if help, _ := exec.Command(bin, "serve", "--help").CombinedOutput(); strings.Contains(string(help), "--insecure") {
+		plain = []string{"--insecure"}
+	}
 	for i := range nodes {
 		id, port := fmt.Sprintf("n%d", i+1), basePort+10*i
-		p, err := StartProc(id, []string{bin, "serve", "--node-id", id, "--data-dir", filepath.Join(dir, id),
+		p, err := StartProc(id, append([]string{bin, "serve", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--grpc-addr", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1),
 			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+2), "--bootstrap", strings.Join(peers, ","),
-			"--lock-delay", "0", "--log-level", "warn", "--pprof"}, filepath.Join(dir, id+".log"))
+			"--lock-delay", "0", "--log-level", "warn", "--pprof"}, plain...), filepath.Join(dir, id+".log"))
 		if err != nil {
 			f.Stop()
 			return nil, err
@@ -83,7 +88,7 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration) (*Fence
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, f.Servers)
+	c, err := client.Dial(ctx, f.Servers, client.WithInsecure())
 	if err != nil {
 		f.Stop()
 		return nil, err

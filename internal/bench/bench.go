@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sort"
@@ -37,8 +38,10 @@ var Workloads = []string{Uncontended, Contended, RenewHeavy, ManyLeases, Mixed}
 // Config is one run.
 type Config struct {
 	// Target is the system under load; nil means fence at Servers.
-	Target   Target
-	Servers  []string
+	Target  Target
+	Servers []string
+	// TLS is how the fence at Servers is reached (see Fence.TLS).
+	TLS      *tls.Config
 	Workload string
 	Clients  int           // concurrent workers
 	Duration time.Duration // stop after this long
@@ -167,7 +170,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	if cfg.Target == nil {
-		cfg.Target = Fence{Servers: cfg.Servers, TTL: cfg.TTL}
+		cfg.Target = Fence{Servers: cfg.Servers, TTL: cfg.TTL, TLS: cfg.TLS}
 	}
 	r := &run{cfg: cfg, rec: recorder{hists: map[string]*hdrhistogram.Histogram{}}}
 	var unit string

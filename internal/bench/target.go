@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -66,6 +68,9 @@ var ErrTryAgain = errors.New("try again")
 type Fence struct {
 	Servers []string
 	TTL     time.Duration
+	// TLS is the client's TLS config (a client certificate of the
+	// cluster's CA); nil talks plaintext to servers started with --insecure.
+	TLS *tls.Config
 }
 
 // Name returns "fence".
@@ -73,7 +78,11 @@ func (f Fence) Name() string { return "fence" }
 
 // Locker dials a client of its own (own connection, own session).
 func (f Fence) Locker(ctx context.Context, _ int) (Locker, error) {
-	c, err := client.Dial(ctx, f.Servers, client.WithTTL(f.TTL), client.WithLockDelay(0))
+	sec := client.WithInsecure()
+	if f.TLS != nil {
+		sec = client.WithTLS(f.TLS)
+	}
+	c, err := client.Dial(ctx, f.Servers, sec, client.WithTTL(f.TTL), client.WithLockDelay(0))
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +118,7 @@ func (f Fence) Renewer(ctx context.Context, w int) (Renewer, error) {
 }
 
 func (f Fence) renewerAt(ctx context.Context, addr string) (Renewer, error) {
-	conn, err := dial(addr)
+	conn, err := f.dial(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +180,7 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 	}
 	var clients []api.FenceClient
 	for _, addr := range f.Servers {
-		conn, err := dial(addr)
+		conn, err := f.dial(addr)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -193,9 +202,12 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 
 // dial connects straight to the API at addr; calls wait for the connection
 // (bounded by their context).
-func dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+func (f Fence) dial(addr string) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if f.TLS != nil {
+		creds = credentials.NewTLS(f.TLS.Clone())
+	}
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 }
 
 // newRequestID returns the 16 random bytes every mutating call carries.

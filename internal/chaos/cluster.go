@@ -41,7 +41,7 @@ func serverFlags(n *node, bootstrap string) []string {
 		"--grpc-addr", n.grpc, "--metrics-addr", n.metrics, "--raft-addr", n.host.IP + ":7302",
 		"--bootstrap", bootstrap, "--lock-delay", "0", "--min-ttl", "500ms",
 		"--snapshot-threshold", "300", "--trailing-logs", "200",
-		"--audit-file", filepath.Join(n.dir, "audit.jsonl"), "--log-level", "warn"}
+		"--audit-file", filepath.Join(n.dir, "audit.jsonl"), "--log-level", "warn", "--insecure"}
 }
 
 func newCluster(n int, binary, dir string) (*cluster, error) {

@@ -312,7 +312,7 @@ func (h *harness) dropTable() {
 func (h *harness) finalOps(ctx context.Context) ([]*Op, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, err := client.Dial(dctx, h.cl.addrs(), client.WithTTL(5*time.Second), client.WithOwner("chaos-final"))
+	cl, err := client.Dial(dctx, h.cl.addrs(), client.WithInsecure(), client.WithTTL(5*time.Second), client.WithOwner("chaos-final"))
 	if err != nil {
 		return nil, err
 	}

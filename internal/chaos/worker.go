@@ -115,7 +115,7 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 	w.newClient()
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client)); err != nil {
+	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithInsecure(), client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client)); err != nil {
 		return err
 	}
 	defer w.cl.Close()

@@ -39,6 +39,11 @@ load: it creates locks named bench/… and leases owned by fence-bench.`,
 					cfg.Servers = append(cfg.Servers, a)
 				}
 			}
+			tlsCfg, err := g.tlsConfig()
+			if err != nil {
+				return err
+			}
+			cfg.TLS = tlsCfg
 			if err := cfg.Validate(); err != nil {
 				return &exitError{ExitUsage, err}
 			}

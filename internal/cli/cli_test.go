@@ -17,7 +17,7 @@ func startServer(t *testing.T) string { return locktest.Start(t).GRPCAddr() }
 func fence(t *testing.T, addr string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = Run(context.Background(), append([]string{"--server", addr}, args...), strings.NewReader(""), &out, &errb)
+	code = Run(context.Background(), append([]string{"--insecure", "--server", addr}, args...), strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

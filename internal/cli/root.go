@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/server"
 )
 
 // Exit codes of fence (besides a command's own code, passed through by fence run).
@@ -38,6 +41,38 @@ type globals struct {
 	servers        string
 	connectTimeout time.Duration
 	adminTokenFile string
+	tls            pki.Files // --ca, --cert, --key ($FENCE_CA, $FENCE_CERT, $FENCE_KEY)
+	insecure       bool      // --insecure: plaintext
+}
+
+// devDataDir is the data dir of 'fence serve' with no flags; client commands
+// look for its dev certificates there when given none.
+const devDataDir = "fence-data"
+
+// tlsConfig resolves how client commands connect: nil for plaintext
+// (--insecure), else TLS with the files of --ca/--cert/--key, of
+// $FENCE_CA/$FENCE_CERT/$FENCE_KEY, or of the dev server in ./fence-data/tls.
+func (g *globals) tlsConfig() (*tls.Config, error) {
+	if g.insecure {
+		if g.tls.Set() {
+			return nil, &exitError{ExitUsage, errors.New("--insecure connects in plaintext: give it or --ca/--cert/--key, not both")}
+		}
+		return nil, nil
+	}
+	files := g.tls
+	if !files.Set() {
+		files = pki.ClientFiles(server.DevTLSDir(devDataDir))
+		if _, err := os.Stat(files.CA); err != nil {
+			return nil, errors.New("no TLS certificates: give --ca, --cert and --key (or FENCE_CA, FENCE_CERT, FENCE_KEY); " +
+				"a dev server ('fence serve') keeps them in " + server.DevTLSDir(devDataDir) + ", found when you run fence in the same directory; " +
+				"--insecure talks plaintext to a server started with --insecure")
+		}
+	}
+	cfg, err := pki.ClientTLS(files)
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	return cfg, nil
 }
 
 // adminToken reads --admin-token-file, or else $FENCE_ADMIN_TOKEN.
@@ -67,6 +102,15 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 	}
 	if token != "" {
 		opts = append(opts, client.WithAdminToken(token))
+	}
+	tlsCfg, err := g.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg == nil {
+		opts = append(opts, client.WithInsecure())
+	} else {
+		opts = append(opts, client.WithTLS(tlsCfg))
 	}
 	c, err := client.Dial(ctx, addrs, opts...)
 	if err != nil {
@@ -119,8 +163,13 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	}
 	root.PersistentFlags().StringVar(&g.servers, "server", defServer, "fence server address(es), comma-separated ($FENCE_SERVER)")
 	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second, "how long to try to reach the server")
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.tls.CA, "ca", os.Getenv(client.EnvCA), "CA certificate the server's must chain to ($"+client.EnvCA+"; default: the dev server's in ./"+server.DevTLSDir(devDataDir)+")")
+	pf.StringVar(&g.tls.Cert, "cert", os.Getenv(client.EnvCert), "client certificate ($"+client.EnvCert+")")
+	pf.StringVar(&g.tls.Key, "key", os.Getenv(client.EnvKey), "client certificate's key ($"+client.EnvKey+")")
+	pf.BoolVar(&g.insecure, "insecure", false, "talk plaintext (to a server started with --insecure; serve: serve plaintext)")
 	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
-	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g), newBench(g))
+	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g), newBench(g), newCerts())
 	return root
 }
 

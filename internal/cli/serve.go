@@ -25,7 +25,15 @@ raft/: etcd's WAL, fsynced on every write, and snapshots; a data dir of another 
 such as one from an earlier fence, is refused: see README, Upgrading).
 
 Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
-/readyz are served over HTTP (default 127.0.0.1:7301).
+/readyz are served over HTTPS (default 127.0.0.1:7301).
+
+Every port speaks TLS, and clients and members must present a certificate
+of the cluster's CA. With no --tls-* flags and every address on loopback,
+the first start creates a dev CA, a node and a client certificate in
+<data-dir>/tls, and fence commands run in the same directory find them.
+A cluster, or a node on another address, needs certificates from one CA
+('fence certs'). --insecure serves plaintext instead, deliberately. SIGHUP
+re-reads the certificate files (rotation without a restart).
 
 Admin calls (release --force, members add/remove/transfer) need the admin
 token given with --admin-token-file or $FENCE_ADMIN_TOKEN; without one, they
@@ -33,16 +41,21 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 		Example: `  # the embedded single node, everything default
   fence serve
 
-  # a 3-node cluster on one machine (three terminals; same --bootstrap everywhere)
+  # a 3-node cluster on one machine: certificates of one CA, then three terminals
+  # (same --bootstrap everywhere)
+  fence certs create-ca --dir certs
+  for n in n1 n2 n3; do fence certs create-node $n --dir certs --host 127.0.0.1,localhost; done
+  fence certs create-client me --dir certs
   fence serve --node-id n1 --data-dir d1 --grpc-addr 127.0.0.1:7300 --metrics-addr 127.0.0.1:7301 --raft-addr 127.0.0.1:7302 \
+    --tls-ca certs/ca.crt --tls-cert certs/n1.crt --tls-key certs/n1.key \
     --bootstrap n1=127.0.0.1:7302,n2=127.0.0.1:7312,n3=127.0.0.1:7322
-  fence serve --node-id n2 --data-dir d2 --grpc-addr 127.0.0.1:7310 --metrics-addr 127.0.0.1:7311 --raft-addr 127.0.0.1:7312 \
-    --bootstrap n1=127.0.0.1:7302,n2=127.0.0.1:7312,n3=127.0.0.1:7322
-  # (n3 likewise on 7320-7322)
+  # (n2 and n3 likewise on 7310-7312 and 7320-7322, with their certificates)
+  fence --ca certs/ca.crt --cert certs/me.crt --key certs/me.key --server 127.0.0.1:7300,127.0.0.1:7310 ls
 
   # add a fourth node to a running cluster
+  fence certs create-node n4 --dir certs --host 127.0.0.1,localhost
   fence serve --node-id n4 --data-dir d4 --grpc-addr 127.0.0.1:7330 --metrics-addr 127.0.0.1:7331 --raft-addr 127.0.0.1:7332 \
-    --join 127.0.0.1:7300,127.0.0.1:7310,127.0.0.1:7320
+    --tls-ca certs/ca.crt --tls-cert certs/n4.crt --tls-key certs/n4.key --join 127.0.0.1:7300,127.0.0.1:7310,127.0.0.1:7320
 
   # another data dir and ports, leases between 500ms and 10m, no lock-delay
   fence serve --data-dir /var/lib/fence --grpc-addr 127.0.0.1:8300 \
@@ -62,15 +75,27 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 			if cfg.AdminToken, err = g.adminToken(); err != nil {
 				return err
 			}
+			cfg.Insecure = g.insecure
 			srv, err := server.New(cfg)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			<-ctx.Done()
-			cfg.Logger.Info("shutting down")
-			return srv.Close()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-hup:
+					if err := srv.ReloadTLS(); err != nil {
+						cfg.Logger.Error("SIGHUP: TLS certificates not reloaded; the node keeps serving with the ones it had", "err", err)
+					}
+				case <-ctx.Done():
+					cfg.Logger.Info("shutting down")
+					return srv.Close()
+				}
+			}
 		},
 	}
 	f := cmd.Flags()
@@ -79,6 +104,9 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "client gRPC address")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz ("" disables)`)
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address (other members connect here)")
+	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA certificate that client and member certificates must chain to (default: the dev CA in <data-dir>/tls, on loopback only)")
+	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "this node's certificate (a node certificate of the CA: 'fence certs create-node'); re-read on SIGHUP")
+	f.StringVar(&cfg.TLS.Key, "tls-key", "", "this node's certificate's key; re-read on SIGHUP")
 	f.StringVar(&bootstrap, "bootstrap", "", "a new cluster's voters, the same on every node: id=raft-addr,id=raft-addr,…")
 	f.StringSliceVar(&cfg.Join, "join", nil, "gRPC address(es) of an existing cluster's members to join on first start")
 	f.DurationVar(&cfg.JoinTimeout, "join-timeout", cfg.JoinTimeout, "how long a first start with --join waits to be added")

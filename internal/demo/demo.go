@@ -25,6 +25,7 @@ import (
 
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/pki"
 	"github.com/fencehq/fence/internal/server"
 )
 
@@ -82,7 +83,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 			title = "Run 2: with fencing tokens (UPDATE … WHERE fence <= $token)"
 		}
 		fmt.Fprintf(out, "\n%s\n", title)
-		r := &run{cfg: cfg, out: out, server: srv.GRPCAddr(), fenced: fenced, lock: fmt.Sprintf("demo/run-%d/totals-%d", i+1, restaurant), start: time.Now()}
+		r := &run{cfg: cfg, out: out, server: srv.GRPCAddr(), tls: pki.ClientFiles(server.DevTLSDir(scfg.DataDir)), fenced: fenced, lock: fmt.Sprintf("demo/run-%d/totals-%d", i+1, restaurant), start: time.Now()}
 		if err := r.play(ctx); err != nil {
 			return err
 		}
@@ -93,6 +94,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 
 type run struct {
 	cfg    Config
+	tls    pki.Files // the dev server's client certificate
 	out    io.Writer
 	server string
 	fenced bool
@@ -122,6 +124,8 @@ func (r *run) startWorker(ctx context.Context, name string, amount int) (*worker
 	}
 	cmd := exec.CommandContext(ctx, r.cfg.Self, args...)
 	cmd.Stderr = os.Stderr
+	// The worker's client finds the dev server's certificate here.
+	cmd.Env = append(os.Environ(), client.EnvCA+"="+r.tls.CA, client.EnvCert+"="+r.tls.Cert, client.EnvKey+"="+r.tls.Key)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -268,7 +272,7 @@ func readStore(ctx context.Context, r *run) (int64, string, error) {
 		err = db.QueryRowContext(ctx, "SELECT amount, written_by FROM "+demoTable+" WHERE restaurant_id = $1", restaurant).Scan(&amount, &who)
 		return amount, who, err
 	}
-	c, err := client.Dial(ctx, []string{r.server})
+	c, err := client.Dial(ctx, []string{r.server}, client.WithTLSFiles(r.tls.CA, r.tls.Cert, r.tls.Key))
 	if err != nil {
 		return 0, "", err
 	}

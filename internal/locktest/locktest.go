@@ -24,6 +24,9 @@ func Config(dir string) server.Config {
 	cfg.Registerer = prometheus.NewRegistry()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.RaftLogLevel = "off"
+	// Plaintext, so tests dial with client.WithInsecure(); the TLS tests
+	// (internal/server/tls_test.go) and the e2e quick start serve TLS.
+	cfg.Insecure = true
 	return cfg
 }
 

@@ -41,6 +41,38 @@ const upgradeAdvice = "start this fence with an empty --data-dir (the old cluste
 // so: created), and refuses, with what to do, a data dir written in another
 // format. Nothing in a data dir is reinterpreted or converted silently.
 func checkFormat(dataDir string) (created bool, err error) {
+	fresh, err := inspectFormat(dataDir)
+	if err != nil || !fresh {
+		return false, err
+	}
+	path := filepath.Join(dataDir, formatFile)
+	if err := os.WriteFile(path, []byte(dataFormat), 0o640); err != nil {
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return false, err
+	}
+	return true, syncDir(dataDir)
+}
+
+// CheckFormat refuses, as New would and without changing anything, a data
+// dir written in another format; a new (or missing) data dir passes. The
+// server asks before it puts anything of its own into the dir.
+func CheckFormat(dataDir string) error {
+	_, err := inspectFormat(dataDir)
+	return err
+}
+
+// inspectFormat reports whether dataDir is new (no format file, nothing of
+// an earlier format) or refuses it with what to do; neither means it holds
+// this fence's format.
+func inspectFormat(dataDir string) (fresh bool, err error) {
 	path := filepath.Join(dataDir, formatFile)
 	b, err := os.ReadFile(path)
 	switch {
@@ -62,19 +94,7 @@ func checkFormat(dataDir string) (created bool, err error) {
 				dataDir, name, formatFile, upgradeAdvice)
 		}
 	}
-	if err := os.WriteFile(path, []byte(dataFormat), 0o640); err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return false, err
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return false, err
-	}
-	return true, syncDir(dataDir)
+	return true, nil
 }
 
 // lockDataDir takes an exclusive lock on the data dir, so that a second

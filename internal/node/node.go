@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,12 @@ type Config struct {
 	Join *JoinInfo
 	// WrapTransport, if set, wraps the transport (tests cut links this way).
 	WrapTransport func(Transport) Transport
+	// RaftServerTLS and RaftClientTLS, if set, make the raft port mutual
+	// TLS: accepted connections must present a certificate of the cluster's
+	// CA, and dialed peers must serve one (see transport.Config). Nil:
+	// plaintext.
+	RaftServerTLS *tls.Config
+	RaftClientTLS func(addr string) *tls.Config
 
 	// TickInterval is how often the leader logs elapsed time and expires leases.
 	TickInterval time.Duration
@@ -183,6 +190,7 @@ func (n *Node) open() error {
 		}
 	}
 	n.trans, err = transport.New(transport.Config{ClusterID: n.clusterID, LocalID: n.id, Listener: lis, Log: n.log,
+		ServerTLS: cfg.RaftServerTLS, ClientTLS: cfg.RaftClientTLS,
 		Deliver: g.deliver,
 		Unreachable: func(id uint64) {
 			g.tryControl(func(c *core) { c.rn.ReportUnreachable(id) })

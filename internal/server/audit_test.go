@@ -19,7 +19,7 @@ import (
 func TestAuditFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	srv := locktest.Start(t, func(c *server.Config) { c.AuditFile = path })
-	cl, err := client.Dial(t.Context(), []string{srv.GRPCAddr()}, client.WithTTL(5*time.Second))
+	cl, err := client.Dial(t.Context(), []string{srv.GRPCAddr()}, client.WithInsecure(), client.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

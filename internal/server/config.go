@@ -13,6 +13,7 @@ import (
 	"github.com/fencehq/fence/internal/clock"
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/node"
+	"github.com/fencehq/fence/internal/pki"
 )
 
 // Default addresses of a single node.
@@ -47,6 +48,19 @@ type Config struct {
 	// TransferLeader. If empty, admin calls are accepted only from loopback.
 	// Nodes joining with --join send it too, so give every node the same one.
 	AdminToken string
+	// TLS names this node's certificate and key (a node certificate: it
+	// serves with it and presents it to the other members) and the cluster's
+	// CA, which client and member certificates must chain to. Empty, with
+	// Insecure false, is the dev setup: if every address is on loopback,
+	// the node creates a CA, a node and a client certificate in
+	// <DataDir>/tls on first start and serves with them; otherwise New
+	// refuses to start. Server.ReloadTLS re-reads the files.
+	TLS pki.Files
+	// Insecure serves every port in plaintext, with a warning in the log:
+	// anyone who can reach a port can then take, hold and watch any lock,
+	// and read lease secrets on the wire. Only for tests and trusted
+	// networks; it cannot be combined with TLS.
+	Insecure bool
 	// RaftListener, if set, is where the raft transport serves (RaftAddr is
 	// then ignored): tests open it first to learn the port.
 	RaftListener net.Listener
@@ -97,7 +111,9 @@ type Config struct {
 	// Registerer receives the server's metrics; nil means a fresh registry
 	// (served on MetricsAddr).
 	Registerer prometheus.Registerer
-	// Gatherer is what /metrics serves; it must match Registerer when both are set.
+	// Gatherer is what /metrics serves; it must match Registerer when both
+	// are set. Nil with a Registerer that is also a Gatherer (a
+	// *prometheus.Registry) serves that.
 	Gatherer prometheus.Gatherer
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -182,6 +198,15 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	check(c.Clock != nil, "clock is nil")
+	if _, ok := c.Registerer.(prometheus.Gatherer); c.MetricsAddr != "" && c.Registerer != nil && c.Gatherer == nil && !ok {
+		errs = append(errs, errors.New("a Registerer that is not a Gatherer needs a Gatherer for /metrics"))
+	}
+	check(!c.Insecure || !c.TLS.Set(), "give either TLS files or insecure (plaintext), not both")
+	if c.TLS.Set() {
+		if err := c.TLS.Check(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	check(len(c.Bootstrap) == 0 || len(c.Join) == 0, "give either a bootstrap list (a new cluster) or join addresses (an existing one), not both")
 	if len(c.Bootstrap) > 0 {
 		ids := map[string]bool{}

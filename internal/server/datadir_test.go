@@ -74,7 +74,8 @@ const (
 	dataFormat = "fence data format 3\n"
 )
 
-// newServerOn starts a server on dir, as a restart would.
+// newServerOn starts a server on dir, as a restart would. It serves as `fence serve` does by default: TLS with the dev certificates
+// it makes in the data dir, so a refused dir must stay unchanged by that too.
 func newServerOn(t *testing.T, dir string) (*Server, error) {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -203,6 +204,7 @@ func listDir(t *testing.T, dir string) []string {
 func TestDataDirInUseIsRefused(t *testing.T) {
 	n := startNode(t, nil)
 	cfg := DefaultConfig()
+	cfg.Insecure = true // these tests dial plaintext; tls_test.go covers TLS
 	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = n.dir, "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Logger = testLogger()
 	_, err := New(cfg)

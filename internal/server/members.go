@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -138,7 +137,7 @@ func (s *Server) join() (*node.JoinInfo, error) {
 }
 
 func (s *Server) askToJoin(ctx context.Context, addr string) (*node.JoinInfo, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(s.clientCreds(addr)))
 	if err != nil {
 		return nil, err
 	}

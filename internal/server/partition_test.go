@@ -63,7 +63,7 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 		t.Cleanup(cancel)
 		return cx
 	}
-	cl, err := client.Dial(ctx(5*time.Second), c.Addrs(), client.WithTTL(2*time.Second))
+	cl, err := client.Dial(ctx(5*time.Second), c.Addrs(), client.WithInsecure(), client.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

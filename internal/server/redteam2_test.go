@@ -162,6 +162,7 @@ func TestRedteam2OneAcquireMakesTheNodeUnrestartable(t *testing.T) {
 	}
 	n.stop()
 	cfg := DefaultConfig()
+	cfg.Insecure = true // these tests dial plaintext; tls_test.go covers TLS
 	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = n.dir, "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Clock, cfg.Registerer, cfg.Logger, cfg.RaftLogLevel = n.clock, prometheus.NewRegistry(), testLogger(), "error"
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 10*time.Millisecond, 50*time.Millisecond

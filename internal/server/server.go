@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -23,6 +26,7 @@ import (
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/node"
+	"github.com/fencehq/fence/internal/pki"
 )
 
 // Server is one fence node's front: the gRPC service (handlers, request
@@ -35,6 +39,7 @@ type Server struct {
 	limits  limits
 	metrics *metrics.Server
 	node    *node.Node
+	tls     *pki.Reloader // nil: plaintext (Config.Insecure)
 
 	grpc     *grpc.Server
 	grpcLis  net.Listener
@@ -67,12 +72,18 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) open() error {
 	cfg := s.cfg
 	reg, gather := cfg.Registerer, cfg.Gatherer
+	if g, ok := reg.(prometheus.Gatherer); ok && gather == nil {
+		gather = g // a *prometheus.Registry is both
+	}
 	if reg == nil {
 		r := prometheus.NewRegistry()
 		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg, gather = r, r
 	}
 	var err error
+	if s.tls, err = cfg.openTLS(s.log); err != nil {
+		return err
+	}
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener on %s: %w", cfg.GRPCAddr, err)
 	}
@@ -91,6 +102,9 @@ func (s *Server) open() error {
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 		AuditFile: cfg.AuditFile, Clock: cfg.Clock, Metrics: s.metrics, Logger: s.log, RaftLogLevel: raftLevel}
+	if s.tls != nil {
+		ncfg.RaftServerTLS, ncfg.RaftClientTLS = s.tls.ServerConfig(tls.RequireAndVerifyClientCert), s.tls.ClientConfig
+	}
 	for _, p := range cfg.Bootstrap {
 		ncfg.Bootstrap = append(ncfg.Bootstrap, node.Member{Name: p.ID, RaftAddr: p.RaftAddr})
 	}
@@ -103,7 +117,11 @@ func (s *Server) open() error {
 		return err
 	}
 
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
+	creds := insecure.NewCredentials()
+	if s.tls != nil {
+		creds = credentials.NewTLS(s.tls.ServerConfig(tls.RequireAndVerifyClientCert))
+	}
+	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
 		grpc.UnaryInterceptor(s.adminInterceptor),
 		// Clients ping every 2s to find dead connections (see client.Dial).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -118,15 +136,18 @@ func (s *Server) open() error {
 		if s.httpLis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return fmt.Errorf("metrics listener on %s: %w", cfg.MetricsAddr, err)
 		}
+		if s.tls != nil {
+			s.httpLis = tls.NewListener(s.httpLis, s.tls.ServerConfig(tls.VerifyClientCertIfGiven))
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		if cfg.Pprof {
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/", requireClientCert(pprof.Index))
+			mux.HandleFunc("/debug/pprof/profile", requireClientCert(pprof.Profile))
+			mux.HandleFunc("/debug/pprof/trace", requireClientCert(pprof.Trace))
+			mux.HandleFunc("/debug/pprof/symbol", requireClientCert(pprof.Symbol))
+			mux.HandleFunc("/debug/pprof/cmdline", requireClientCert(pprof.Cmdline))
 		}
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if !s.Ready() {
@@ -135,10 +156,11 @@ func (s *Server) open() error {
 			}
 			fmt.Fprintln(w, "ready")
 		})
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)} // refused handshakes, say
 		go s.http.Serve(s.httpLis)
 	}
-	s.log.Info("fence serving", "grpc", s.GRPCAddr(), "metrics", s.MetricsAddr(), "raft", s.node.RaftAddr(), "data_dir", cfg.DataDir)
+	s.log.Info("fence serving", "grpc", s.GRPCAddr(), "metrics", s.MetricsAddr(), "raft", s.node.RaftAddr(), "data_dir", cfg.DataDir, "tls", s.tls != nil)
 	return nil
 }
 

@@ -51,6 +51,7 @@ func startNode(t testing.TB, conf func(*Config)) *testNode {
 func (n *testNode) start() {
 	n.t.Helper()
 	cfg := DefaultConfig()
+	cfg.Insecure = true // these tests dial plaintext; tls_test.go covers TLS
 	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = n.dir, "127.0.0.1:0", "127.0.0.1:0", ""
 	if n.grpcAddr != "" {
 		cfg.GRPCAddr = n.grpcAddr

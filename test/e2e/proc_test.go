@@ -117,7 +117,7 @@ func (n *node) start() {
 func (n *node) startProcess() {
 	n.t.Helper()
 	args := append([]string{"serve", "--data-dir", filepath.Join(n.dir, "data"), "--grpc-addr", n.grpc,
-		"--metrics-addr", n.metrics, "--raft-addr", n.raft, "--log-level", "warn"}, n.args...)
+		"--metrics-addr", n.metrics, "--raft-addr", n.raft, "--log-level", "warn", "--insecure"}, n.args...)
 	n.cmd = exec.Command(fenceBinary(n.t), args...)
 	if n.netns != "" { // ip netns exec execs the binary: the pid stays fence's
 		n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.netns, fenceBinary(n.t)}, args...)...)
