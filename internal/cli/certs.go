@@ -131,14 +131,16 @@ func newCertsCreateNode() *cobra.Command {
 		Short: "Issue a node certificate: OUT/NAME.crt and OUT/NAME.key",
 		Long: `Issue a certificate for the member NAME, signed by the CA in --dir. A member
 serves its client and raft ports with it and presents it to the other
-members, so it is good for both server and client authentication.
+members, so it is good for both server and client authentication. NAME must
+be the member's --node-id: the other members accept raft traffic from a
+member only under the name its certificate gives.
 
 --host lists the DNS names and IP addresses clients and other members reach
 the node at (no scheme or port); give it more than once or comma-separated.
 The certificate is valid for those only.`,
 		Example: `  fence certs create-node n1 --host n1.example.com,10.0.0.1
   fence certs create-node n2 --host n2.example.com --host 10.0.0.2 --dir certs --out certs/n2
-  fence certs create-node dev --host localhost,127.0.0.1,::1 --days 90`,
+  fence certs create-node node1 --host localhost,127.0.0.1,::1 --days 90`,
 		Args: usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]

@@ -1,6 +1,8 @@
 package locktest
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -8,13 +10,14 @@ import (
 	"github.com/fencehq/fence/internal/server"
 )
 
-// Certs is a CA with a node certificate (for 127.0.0.1 and localhost,
-// shared by every node of a test cluster) and a client certificate, in a
-// temp dir.
+// Certs is a CA with a client certificate and node certificates (for
+// 127.0.0.1 and localhost; Node is "node1"'s, the default node id; Serve
+// makes one per node id), in a temp dir.
 type Certs struct {
 	Dir          string
 	CA           *pki.CA
 	Node, Client pki.Files
+	t            testing.TB
 }
 
 // NewCerts makes them.
@@ -28,18 +31,33 @@ func NewCerts(t testing.TB) *Certs {
 	if err := pki.SaveCA(dir, ca); err != nil {
 		t.Fatal(err)
 	}
-	for base, kind := range map[string]pki.Kind{"node": pki.Node, "client": pki.Client} {
-		is, err := ca.Issue(kind, base, []string{"127.0.0.1", "localhost"}, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pki.SaveIssued(dir, base, is); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &Certs{Dir: dir, CA: ca, Node: pki.NodeFiles(dir), Client: pki.ClientFiles(dir)}
+	c := &Certs{Dir: dir, CA: ca, t: t}
+	c.issue(pki.Client, "client")
+	c.Client = pki.ClientFiles(dir)
+	c.Node = c.NodeFiles(server.DefaultConfig().NodeID)
+	return c
 }
 
-// Serve makes cfg serve TLS with the node certificate (a mutate function
-// for Start and NewCluster).
-func (c *Certs) Serve(cfg *server.Config) { cfg.TLS, cfg.Insecure = c.Node, false }
+// NodeFiles are the files of id's node certificate, made on first use.
+func (c *Certs) NodeFiles(id string) pki.Files {
+	f := pki.Files{CA: c.Client.CA, Cert: filepath.Join(c.Dir, id+".crt"), Key: filepath.Join(c.Dir, id+".key")}
+	if _, err := os.Stat(f.Cert); err != nil {
+		c.issue(pki.Node, id)
+	}
+	return f
+}
+
+func (c *Certs) issue(kind pki.Kind, name string) {
+	c.t.Helper()
+	is, err := c.CA.Issue(kind, name, []string{"127.0.0.1", "localhost"}, time.Hour)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := pki.SaveIssued(c.Dir, name, is); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// Serve makes cfg serve TLS with the certificate of its node id (a mutate
+// function for Start and NewCluster).
+func (c *Certs) Serve(cfg *server.Config) { cfg.TLS, cfg.Insecure = c.NodeFiles(cfg.NodeID), false }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"cmp"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,17 @@ func RaftID(name string) uint64 {
 		return id
 	}
 	return 1
+}
+
+// authorizePeer admits a raft stream over TLS only from the member its
+// certificate names: a node certificate's common name is the member's name
+// (--node-id), so one member's certificate cannot speak for another.
+func authorizePeer(from uint64, cert *x509.Certificate) error {
+	name := cert.Subject.CommonName
+	if id := RaftID(name); id != from {
+		return fmt.Errorf("its certificate is member %q's (raft id %d), but it speaks as raft id %d: give each member a node certificate made for its own --node-id ('fence certs create-node ID')", name, id, from)
+	}
+	return nil
 }
 
 // memberContext is what a conf change entry carries in its context: the

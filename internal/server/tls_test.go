@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -315,5 +317,50 @@ func TestReloadTLSRotatesWithoutARestart(t *testing.T) {
 	st, err := cl.Status(ctx, "rotate")
 	if err != nil || st.Token != lease.Token() {
 		t.Fatalf("after rotation: %+v, %v", st, err)
+	}
+}
+
+// lockedBuffer collects a server's log for a test to read.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A member that holds another member's certificate cannot speak raft as
+// itself: the others refuse its streams, naming the certificate's member.
+func TestMemberWithAnotherMembersCertificateIsRefused(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	logs := map[string]*lockedBuffer{}
+	c := locktest.NewCluster(t, 3, func(cfg *server.Config) {
+		id := cfg.NodeID
+		if id == "n3" {
+			id = "n1" // n3 presents n1's certificate
+		}
+		cfg.TLS, cfg.Insecure = certs.NodeFiles(id), false
+		logs[cfg.NodeID] = &lockedBuffer{}
+		cfg.Logger = slog.New(slog.NewTextHandler(logs[cfg.NodeID], &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	want := `its certificate is member \"n1\"'s`
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs["n1"].String()+logs["n2"].String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no member refused n3's streams; logs:\nn1: %s\nn2: %s", logs["n1"], logs["n2"])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := c.Leader(c.Nodes[0], c.Nodes[1]); l.ID == "n3" {
+		t.Fatal("n3 leads with another member's certificate")
 	}
 }

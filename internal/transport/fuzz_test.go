@@ -127,7 +127,7 @@ func FuzzReceiveSnapshot(f *testing.F) {
 			}
 			return c, nil
 		}
-		m, err := r.receiveSnapshot(recv)
+		m, err := r.receiveSnapshot(recv, func(uint64) error { return nil })
 		if err != nil {
 			return
 		}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
@@ -37,6 +38,7 @@ type receiver struct {
 	clusterID uint64
 	localID   uint64
 	deliver   func(*raftpb.Message)
+	authorize func(from uint64, cert *x509.Certificate) error // Config.AuthorizePeer
 	log       *slog.Logger
 
 	mu       sync.Mutex
@@ -83,7 +85,7 @@ func (r *receiver) serve(c net.Conn) {
 	default:
 		what, err = "raft connection", status.Errorf(codes.InvalidArgument, "unknown stream kind %q", head[len(preface)])
 	}
-	if s, ok := status.FromError(err); ok && (s.Code() == codes.InvalidArgument || s.Code() == codes.FailedPrecondition) {
+	if s, ok := status.FromError(err); ok && (s.Code() == codes.InvalidArgument || s.Code() == codes.FailedPrecondition || s.Code() == codes.PermissionDenied) {
 		r.refuse(remote, what, err)
 		_ = c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 		_ = writeAnswer(bw, err)
@@ -119,6 +121,9 @@ func (r *receiver) receiveMessages(c net.Conn, br *bufio.Reader, bw *bufio.Write
 			err = status.Errorf(codes.InvalidArgument, "a stream from node %d carried a batch from node %d", from, b.GetFrom())
 		default:
 			msgs, err = r.decodeBatch(b)
+		}
+		if err == nil && !accepted {
+			err = r.admit(c, b.GetFrom())
 		}
 		if err != nil {
 			return err
@@ -162,7 +167,7 @@ func (r *receiver) receiveSnapshotConn(c net.Conn, br *bufio.Reader, bw *bufio.W
 			return nil, status.Error(codes.InvalidArgument, "a frame of the snapshot stream is no SnapshotChunk")
 		}
 		return ch, nil
-	})
+	}, func(from uint64) error { return r.admit(c, from) })
 	if err != nil {
 		return err
 	}
@@ -191,6 +196,22 @@ func (r *receiver) checkHeader(clusterID, from, to uint64) error {
 		return status.Errorf(codes.FailedPrecondition,
 			"wrong node: node %d sent messages for node %d to this address, which is node %d (check node %d's address for node %d)",
 			from, to, r.localID, from, to)
+	}
+	return nil
+}
+
+// admit asks Config.AuthorizePeer about a stream over TLS from node from.
+func (r *receiver) admit(c net.Conn, from uint64) error {
+	tc, ok := c.(*tlsConn)
+	if !ok || r.authorize == nil {
+		return nil
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 { // the handshake requires one; a config that does not
+		return status.Errorf(codes.PermissionDenied, "node %d presented no certificate", from)
+	}
+	if err := r.authorize(from, certs[0]); err != nil {
+		return status.Errorf(codes.PermissionDenied, "node %d refused: %v", from, err)
 	}
 	return nil
 }
@@ -250,8 +271,9 @@ func (r *receiver) checkMessage(m *raftpb.Message, from uint64) error {
 }
 
 // receiveSnapshot reads one snapshot stream's chunks through recv and
-// reassembles the MsgSnap message. Its errors are gRPC statuses.
-func (r *receiver) receiveSnapshot(recv func() (*transportpb.SnapshotChunk, error)) (*raftpb.Message, error) {
+// reassembles the MsgSnap message; admit vets the sender named by the first
+// chunk. Its errors are gRPC statuses.
+func (r *receiver) receiveSnapshot(recv func() (*transportpb.SnapshotChunk, error), admit func(from uint64) error) (*raftpb.Message, error) {
 	c, err := recv()
 	if errors.Is(err, io.EOF) {
 		return nil, status.Error(codes.InvalidArgument, "the snapshot stream ended before its first chunk")
@@ -260,6 +282,9 @@ func (r *receiver) receiveSnapshot(recv func() (*transportpb.SnapshotChunk, erro
 		return nil, err
 	}
 	if err := r.checkHeader(c.GetClusterId(), c.GetFrom(), c.GetTo()); err != nil {
+		return nil, err
+	}
+	if err := admit(c.GetFrom()); err != nil {
 		return nil, err
 	}
 	from := c.GetFrom()

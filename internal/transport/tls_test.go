@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,5 +368,48 @@ func TestTLSCloseDuringHandshake(t *testing.T) {
 	}
 	if b.logs.contains(refusedTLS) {
 		t.Errorf("Close's own closing was logged as a refusal:\n%s", b.logs)
+	}
+}
+
+// withAuthorize makes the receiving side accept only senders whose
+// certificate's common name is their node id in decimal (the node itself
+// checks names against raft ids the same way).
+func withAuthorize(seen *atomic.Int64) nodeOpt {
+	return func(c *Config) {
+		c.AuthorizePeer = func(from uint64, cert *x509.Certificate) error {
+			seen.Add(1)
+			if cert.Subject.CommonName != fmt.Sprint(from) {
+				return fmt.Errorf("the certificate names %q", cert.Subject.CommonName)
+			}
+			return nil
+		}
+	}
+}
+
+// A member's certificate speaks only for that member: a stream (or a
+// snapshot) whose sender id is not the one its certificate names is refused
+// with PermissionDenied, and nothing of it is delivered.
+func TestTLSPeerMustBeWhoItsCertificateNames(t *testing.T) {
+	ca := newTestCA(t, "test CA")
+	var seen atomic.Int64
+	impostor := newNode(t, 7, 1, "", withTLS(ca.node("3"))) // node 1 with node 3's certificate
+	b := newNode(t, 7, 2, "", withTLS(ca.node("2")), withAuthorize(&seen))
+	connect(impostor, b)
+	seq := uint64(0)
+	waitFor(t, "node 2 to refuse the impostor", func() bool {
+		seq++
+		impostor.tr.Send([]*raftpb.Message{appMsg(1, 2, seq, 10)})
+		return b.logs.contains(`node 1 refused: the certificate names \"3\"`)
+	})
+	waitFor(t, "node 1 to learn why", func() bool { return impostor.logs.contains("PermissionDenied") || impostor.logs.contains("the certificate names") })
+	snapshotFailsNothingDelivered(t, impostor, b)
+
+	// The rightful node 1 gets in, over the same port.
+	a := newNode(t, 7, 1, "", withTLS(ca.node("1")))
+	connect(a, b)
+	a.tr.Send([]*raftpb.Message{appMsg(1, 2, 1, 10)})
+	waitFor(t, "node 1's message", func() bool { return b.numDelivered() == 1 })
+	if seen.Load() < 2 {
+		t.Fatalf("AuthorizePeer asked %d times", seen.Load())
 	}
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
@@ -102,6 +103,13 @@ type Config struct {
 	// the current certificates per handshake, so they rotate without a
 	// restart; open connections keep theirs.
 	ServerTLS *tls.Config
+	// AuthorizePeer, if set, is asked about every stream accepted over TLS,
+	// with the sender's node id (of its first Batch or snapshot chunk) and
+	// the certificate it presented (verified against ServerTLS's CA): an
+	// error refuses the stream with PermissionDenied and the error's text,
+	// logged on both sides. The node checks that the certificate names the
+	// sender, so one member's certificate cannot speak for another.
+	AuthorizePeer func(from uint64, cert *x509.Certificate) error
 	// ClientTLS, if set, makes every connection to a peer (its message
 	// stream and each snapshot) a TLS client of it: ClientTLS is called with
 	// the peer's address for each dial, so its config (and a rotated
@@ -169,7 +177,7 @@ func New(cfg Config) (*Transport, error) {
 		peers:   make(map[uint64]*peer),
 		inbound: make(map[net.Conn]struct{}),
 	}
-	t.recv = &receiver{clusterID: cfg.ClusterID, localID: cfg.LocalID, deliver: cfg.Deliver, log: log}
+	t.recv = &receiver{clusterID: cfg.ClusterID, localID: cfg.LocalID, deliver: cfg.Deliver, authorize: cfg.AuthorizePeer, log: log}
 	t.wg.Add(1)
 	go t.accept()
 	return t, nil
