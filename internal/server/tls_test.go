@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -320,36 +319,18 @@ func TestReloadTLSRotatesWithoutARestart(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects a server's log for a test to read.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A member that holds another member's certificate cannot speak raft as
 // itself: the others refuse its streams, naming the certificate's member.
 func TestMemberWithAnotherMembersCertificateIsRefused(t *testing.T) {
 	certs := locktest.NewCerts(t)
-	logs := map[string]*lockedBuffer{}
+	logs := map[string]*locktest.LogBuffer{}
 	c := locktest.NewCluster(t, 3, func(cfg *server.Config) {
 		id := cfg.NodeID
 		if id == "n3" {
 			id = "n1" // n3 presents n1's certificate
 		}
 		cfg.TLS, cfg.Insecure = certs.NodeFiles(id), false
-		logs[cfg.NodeID] = &lockedBuffer{}
+		logs[cfg.NodeID] = &locktest.LogBuffer{}
 		cfg.Logger = slog.New(slog.NewTextHandler(logs[cfg.NodeID], &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
 	want := `its certificate is member \"n1\"'s`

@@ -401,7 +401,9 @@ func TestTLSPeerMustBeWhoItsCertificateNames(t *testing.T) {
 		impostor.tr.Send([]*raftpb.Message{appMsg(1, 2, seq, 10)})
 		return b.logs.contains(`node 1 refused: the certificate names \"3\"`)
 	})
-	waitFor(t, "node 1 to learn why", func() bool { return impostor.logs.contains("PermissionDenied") || impostor.logs.contains("the certificate names") })
+	waitFor(t, "node 1 to learn why", func() bool {
+		return impostor.logs.contains("PermissionDenied") || impostor.logs.contains("the certificate names")
+	})
 	snapshotFailsNothingDelivered(t, impostor, b)
 
 	// The rightful node 1 gets in, over the same port.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/tls"
 	"math/big"
 	"net/http"
@@ -9,11 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fencehq/fence/internal/locktest"
 	"github.com/fencehq/fence/internal/pki"
 )
 
@@ -24,26 +23,7 @@ type devServer struct {
 	dir                 string // the working directory
 	grpc, metrics, raft string
 	cmd                 *exec.Cmd
-	log                 syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer that a process's output can be copied into
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	log                 locktest.LogBuffer
 }
 
 func startDevServer(t *testing.T) *devServer {
