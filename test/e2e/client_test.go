@@ -15,7 +15,7 @@ func TestWaitingLockSurvivesServerKill(t *testing.T) {
 	n := newNode(t, "--lock-delay", "0")
 	n.start()
 	dial := func(owner string) *client.Client {
-		c, err := client.Dial(timeout(t, 5*time.Second), []string{n.grpc}, client.WithInsecure(), client.WithTTL(15*time.Second), client.WithOwner(owner))
+		c, err := client.Dial(timeout(t, 5*time.Second), []string{n.grpc}, withTLS(t), client.WithTTL(15*time.Second), client.WithOwner(owner))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -24,7 +23,7 @@ import (
 func TestClusterPausedLeaderAcksNoRenewal(t *testing.T) {
 	c := newCluster(t, 3)
 	old := c.leader()
-	conn, err := grpc.NewClient(old.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(old.grpc, grpc.WithTransportCredentials(clientCreds(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func (c *cluster) addrs() []string {
 }
 
 func (c *cluster) dial(opts ...client.Option) *client.Client {
-	cl, err := client.Dial(timeout(c.t, 10*time.Second), c.addrs(), append([]client.Option{client.WithInsecure()}, opts...)...)
+	cl, err := client.Dial(timeout(c.t, 10*time.Second), c.addrs(), append([]client.Option{withTLS(c.t)}, opts...)...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestClusterClientFindsLeaderFromOneFollower(t *testing.T) {
 			break
 		}
 	}
-	cl, err := client.Dial(timeout(t, 5*time.Second), []string{follower.grpc}, client.WithInsecure())
+	cl, err := client.Dial(timeout(t, 5*time.Second), []string{follower.grpc}, withTLS(t))
 	if err != nil {
 		t.Fatal(err)
 	}

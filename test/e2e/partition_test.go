@@ -43,7 +43,7 @@ func TestClusterPartitionLeaderProcesses(t *testing.T) {
 
 	// A holder inside the leader's namespace, talking only to the leader.
 	inside := func(args ...string) *exec.Cmd {
-		return exec.Command("ip", append([]string{"netns", "exec", leadHost.Netns, fenceBinary(t), "--insecure", "--server", lead.grpc}, args...)...)
+		return exec.Command("ip", append([]string{"netns", "exec", leadHost.Netns, fenceBinary(t), "--server", lead.grpc}, append(cliTLS(t), args...)...)...)
 	}
 	holder := inside("run", "minority-held", "--ttl", "1s", "--grace", "200ms", "--", "sleep", "60")
 	stderr, _ := holder.StderrPipe()
@@ -58,8 +58,8 @@ func TestClusterPartitionLeaderProcesses(t *testing.T) {
 	// The minority grants nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", leadHost.Netns, fenceBinary(t), "--insecure", "--server", lead.grpc,
-		"--connect-timeout", "2s", "lock", "minority-new", "--ttl", "1m").CombinedOutput()
+	args := append([]string{"netns", "exec", leadHost.Netns, fenceBinary(t), "--server", lead.grpc}, cliTLS(t)...)
+	out, err := exec.CommandContext(ctx, "ip", append(args, "--connect-timeout", "2s", "lock", "minority-new", "--ttl", "1m")...).CombinedOutput()
 	if err == nil {
 		t.Fatalf("the cut-off leader granted a lock:\n%s", out)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -15,7 +16,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fencehq/fence/api"
 )
@@ -85,7 +85,7 @@ func newNodeAt(t testing.TB, host, netns string, extra ...string) *node {
 	} else {
 		n.grpc, n.metrics, n.raft = host+":7300", host+":7301", host+":7302"
 	}
-	conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(clientCreds(t)),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
 			Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond}}))
@@ -117,7 +117,8 @@ func (n *node) start() {
 func (n *node) startProcess() {
 	n.t.Helper()
 	args := append([]string{"serve", "--data-dir", filepath.Join(n.dir, "data"), "--grpc-addr", n.grpc,
-		"--metrics-addr", n.metrics, "--raft-addr", n.raft, "--log-level", "warn", "--insecure"}, n.args...)
+		"--metrics-addr", n.metrics, "--raft-addr", n.raft, "--log-level", "warn"}, n.args...)
+	args = append(args, nodeCerts(n.t, n.dir, n.nodeID(), hostOf(n.grpc))...)
 	n.cmd = exec.Command(fenceBinary(n.t), args...)
 	if n.netns != "" { // ip netns exec execs the binary: the pid stays fence's
 		n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.netns, fenceBinary(n.t)}, args...)...)
@@ -141,10 +142,31 @@ func (n *node) startProcess() {
 }
 
 // ready reports whether the node at metrics address addr leads and serves.
+// nodeID is the node's --node-id (the default's when none is given).
+func (n *node) nodeID() string {
+	if n.id != "" {
+		return n.id
+	}
+	for i, a := range n.args {
+		if a == "--node-id" && i+1 < len(n.args) {
+			return n.args[i+1]
+		}
+	}
+	return "node1"
+}
+
+func hostOf(addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	return host
+}
+
 func ready(addr string) bool { return httpOK(addr, "/readyz") }
 
+// httpOK asks the node's HTTPS port for path (as a probe does: checking the
+// server against the CA, with no client certificate).
 func httpOK(addr, path string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	cfg := &tls.Config{RootCAs: caPool(), ServerName: hostOf(addr)}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 200 * time.Millisecond}, "tcp", addr, cfg)
 	if err != nil {
 		return false
 	}

@@ -19,7 +19,7 @@ import (
 
 // fenceCmd builds a `fence` CLI process talking to node n.
 func fenceCmd(t *testing.T, n *node, args ...string) *exec.Cmd {
-	return exec.Command(fenceBinary(t), append([]string{"--insecure", "--server", n.grpc}, args...)...)
+	return exec.Command(fenceBinary(t), append(append([]string{"--server", n.grpc}, cliTLS(t)...), args...)...)
 }
 
 type jobRun struct {

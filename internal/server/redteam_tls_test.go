@@ -1,0 +1,262 @@
+package server_test
+
+// Red-team tests of the TLS setup. Each test here FAILS on the code it was
+// written against, because of the hole its comment describes; the comment
+// also says what the fix should be.
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/internal/locktest"
+	"github.com/fencehq/fence/internal/node"
+	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/server"
+	"github.com/fencehq/fence/internal/transport/transportpb"
+)
+
+// rtRaftHello opens a TLS connection to a raft port with cfg, sends the
+// message-stream preface and a handshake Batch, and returns the receiver's
+// answer (nil: stream accepted) or the transport error.
+func rtRaftHello(t *testing.T, addr string, cfg *tls.Config, b *transportpb.Batch) (answer error, transportErr error) {
+	t.Helper()
+	d := net.Dialer{Timeout: 3 * time.Second}
+	c, err := tls.DialWithDialer(&d, "tcp", addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	bw := bufio.NewWriter(c)
+	bw.WriteString("FNCRAFT1")
+	bw.WriteByte('M')
+	raw, _ := proto.Marshal(b)
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(raw)))
+	bw.Write(hdr[:])
+	bw.Write(raw)
+	if err := bw.Flush(); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(c)
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return nil, err
+	}
+	body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	var st spb.Status
+	if err := proto.Unmarshal(body, &st); err != nil {
+		return nil, err
+	}
+	return status.ErrorProto(&st), nil
+}
+
+// FINDING: a *client* certificate (fence certs create-client, kind
+// pki.Client: ExtKeyUsageClientAuth only) opens a raft stream to a member.
+// The raft port checks only that the certificate chains to the CA, and
+// every certificate the CA issues carries ClientAuth, so any client of the
+// cluster (an application holding a lock) can talk raft: send MsgApp,
+// MsgVote, MsgSnap as a member would. The first refusal even tells it the
+// cluster id and the receiver's node id it needs. The client certificate
+// here is named like a member ("n2"), so a fix that only matches the common
+// name to the sender (AuthorizePeer) does not close it.
+// Fix: on the raft port accept only node certificates: require
+// ExtKeyUsageServerAuth (or a dedicated "fence node" marker: a URI SAN or
+// an OU the CA sets only on node certs) in the peer's leaf, in
+// VerifyPeerCertificate/VerifyConnection of the raft ServerTLS (and the
+// node's AuthorizePeer), and do not echo the receiver's cluster id in a
+// refusal to a peer not yet admitted.
+func TestRedteamTLSRaftPortTakesAClientCertificate(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	c := locktest.NewCluster(t, 3, certs.Serve)
+	target := c.Nodes[0]
+	// a client certificate of the CA, named like member n2
+	is, err := certs.CA.Issue(pki.Client, "n2", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := pki.SaveIssued(dir, "n2client", is); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pki.ClientTLS(pki.Files{CA: certs.Client.CA, Cert: filepath.Join(dir, "n2client.crt"), Key: filepath.Join(dir, "n2client.key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ServerName = "127.0.0.1"
+	from, to := node.RaftID("n2"), node.RaftID(target.ID)
+	// Probe with a wrong cluster id: the refusal names the right one.
+	ans, terr := rtRaftHello(t, target.Server.RaftAddr(), cfg, &transportpb.Batch{ClusterId: 1, From: from, To: to})
+	if terr != nil {
+		t.Fatalf("refused at the TLS level (as it should be): %v", terr) // the fixed behaviour
+	}
+	var a, b, cl, d uint64
+	if _, err := fmt.Sscanf(status.Convert(ans).Message(), "cluster id mismatch: node %d sent cluster id %d, but node %d is in cluster id %d", &a, &b, &cl, &d); err != nil {
+		t.Fatalf("unexpected answer %v", ans)
+	}
+	ans, terr = rtRaftHello(t, target.Server.RaftAddr(), cfg, &transportpb.Batch{ClusterId: d, From: from, To: to})
+	if terr == nil && ans == nil {
+		t.Fatalf("a client certificate opened a raft stream to member %s (cluster id %d learnt from the refusal)", target.ID, d)
+	}
+	t.Logf("answer %v, transport %v", ans, terr)
+}
+
+// FINDING: the dev setup writes a CA and certificates into a data dir that
+// a running fence holds. openTLS runs EnsureDev before node.New takes the
+// data dir's lock, so a second `fence serve --data-dir D` (no TLS flags)
+// next to a running node that serves D with real certificates creates
+// D/tls/{ca.key,ca.crt,node.*,client.*} and only then fails on the lock: a
+// refused start leaves a fresh CA key (and a client certificate that the
+// CLI in that directory picks up) inside the live node's data dir.
+// Fix: take the data dir's lock (node.lockDataDir) before EnsureDev, or
+// have CheckFormat also refuse a dir that is locked.
+func TestRedteamTLSDevSetupWritesIntoALockedDataDir(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	cfg := locktest.Config(dir)
+	certs.Serve(&cfg)
+	srv, err := locktest.Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+
+	second := locktest.Config(dir)
+	second.Insecure = false // dev setup: every address is 127.0.0.1:0
+	if s2, err := server.New(second); err == nil {
+		s2.Close()
+		t.Fatal("a second server started on a data dir in use")
+	} else {
+		t.Logf("refused as expected: %v", err)
+	}
+	if _, err := os.Stat(server.DevTLSDir(dir)); err == nil {
+		ents, _ := os.ReadDir(server.DevTLSDir(dir))
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the refused start wrote %v into the running node's data dir %s", names, server.DevTLSDir(dir))
+	}
+}
+
+// FINDING: "the node is alone" is judged from the flags only. A member of
+// a 3-node cluster is restarted, as documented, without --bootstrap (it is
+// used only on the first start) and, by mistake, without its --tls-*
+// files: openTLS sees no Bootstrap/Join, takes the dev path, creates a
+// brand-new dev CA in the member's data dir and starts a cluster member
+// with it. It cannot talk to its peers (another CA), and its dev client
+// certificate now opens a member that holds the cluster's lock state.
+// Fix: decide "alone" from the data dir too: if it holds raft state whose
+// configuration has other members (or a join record), refuse the dev
+// setup with the "members of a cluster need certificates" error.
+func TestRedteamTLSRestartedClusterMemberTakesTheDevSetup(t *testing.T) {
+	var dirs []string
+	var peers []server.Peer
+	var lis []net.Listener
+	for i := 0; i < 3; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis = append(lis, l)
+		peers = append(peers, server.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: l.Addr().String()})
+		dirs = append(dirs, t.TempDir())
+	}
+	var srvs []*server.Server
+	for i := range 3 {
+		cfg := locktest.Config(dirs[i]) // an --insecure cluster
+		cfg.NodeID, cfg.RaftListener, cfg.Bootstrap = peers[i].ID, lis[i], peers
+		s, err := server.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvs = append(srvs, s)
+	}
+	rtWaitLeader(t, srvs)
+	for _, s := range srvs {
+		s.Close()
+	}
+	// Restart n1 as documented (no --bootstrap), forgetting --insecure.
+	cfg := locktest.Config(dirs[0])
+	cfg.NodeID, cfg.Insecure = "n1", false
+	s, err := server.New(cfg)
+	if err == nil {
+		defer s.Close()
+		t.Errorf("a member of a 3-node cluster restarted with the dev setup")
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(server.DevTLSDir(dirs[0]), pki.CAKeyFile)); err == nil {
+		t.Errorf("the dev setup made a CA in the data dir of a cluster member")
+	}
+}
+
+// rtWaitLeader waits (up to 10s) until one of srvs leads.
+func rtWaitLeader(t *testing.T, srvs []*server.Server) *server.Server {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range srvs {
+			if s.Ready() {
+				return s
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no leader within 10s")
+	return nil
+}
+
+// EXPERIMENT: HTTPS idle conns without a client cert.
+func TestRedteamTLSHTTPSIdle(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	srv := locktest.Start(t, certs.Serve, func(c *server.Config) { c.MetricsAddr = "127.0.0.1:0" })
+	roots := x509.NewCertPool()
+	ca, _ := os.ReadFile(certs.Client.CA)
+	roots.AppendCertsFromPEM(ca)
+	done := make(chan struct{}, 3)
+	for _, proto := range []string{"h2", "http/1.1", "h2-nopreface"} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			np := proto
+			if proto == "h2-nopreface" {
+				np = "h2"
+			}
+			c, err := tls.Dial("tcp", srv.MetricsAddr(), &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{np}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			switch proto {
+			case "h2":
+				c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+				c.Write([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0}) // empty SETTINGS
+			case "http/1.1":
+				c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+			}
+			start := time.Now()
+			c.SetReadDeadline(time.Now().Add(40 * time.Second))
+			n, err := io.Copy(io.Discard, c)
+			t.Logf("%s (negotiated %q): %d bytes then %v after %v", proto, c.ConnectionState().NegotiatedProtocol, n, err, time.Since(start))
+		}()
+	}
+	for range 3 {
+		<-done
+	}
+}
