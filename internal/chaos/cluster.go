@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencehq/fence/internal/netlab"
+	"github.com/fencehq/fence/internal/pki"
 )
 
 // node is one fence server process in its own network namespace.
@@ -21,6 +23,7 @@ type node struct {
 	args    []string
 	grpc    string
 	metrics string
+	probe   *tls.Config // of health checks on the HTTPS port
 
 	mu sync.Mutex
 	p  *proc // guarded by mu; nil while down
@@ -35,16 +38,21 @@ type cluster struct {
 // serverFlags are the settings every run uses: no lock-delay (a paused
 // holder overlaps the next one at once, so only fencing saves the data),
 // short TTLs allowed, frequent snapshots (restores happen during the run),
-// and an audit file per node.
-func serverFlags(n *node, bootstrap string) []string {
+// an audit file per node, and TLS with the node's certificate.
+func serverFlags(n *node, bootstrap string, tls pki.Files) []string {
 	return []string{"serve", "--node-id", n.id, "--data-dir", filepath.Join(n.dir, "data"),
 		"--grpc-addr", n.grpc, "--metrics-addr", n.metrics, "--raft-addr", n.host.IP + ":7302",
 		"--bootstrap", bootstrap, "--lock-delay", "0", "--min-ttl", "500ms",
 		"--snapshot-threshold", "300", "--trailing-logs", "200",
-		"--audit-file", filepath.Join(n.dir, "audit.jsonl"), "--log-level", "warn", "--insecure"}
+		"--audit-file", filepath.Join(n.dir, "audit.jsonl"), "--log-level", "warn",
+		"--tls-ca", tls.CA, "--tls-cert", tls.Cert, "--tls-key", tls.Key}
 }
 
-func newCluster(n int, binary, dir string) (*cluster, error) {
+func newCluster(n int, binary, dir string, certs *certs) (*cluster, error) {
+	probe, err := certs.probe()
+	if err != nil {
+		return nil, err
+	}
 	lab, err := netlab.New(n)
 	if err != nil {
 		return nil, err
@@ -53,7 +61,7 @@ func newCluster(n int, binary, dir string) (*cluster, error) {
 	var peers []string
 	for i, h := range lab.Hosts {
 		nd := &node{id: fmt.Sprintf("n%d", i+1), host: h, dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), binary: binary,
-			grpc: h.IP + ":7300", metrics: h.IP + ":7301"}
+			grpc: h.IP + ":7300", metrics: h.IP + ":7301", probe: probe}
 		if err := os.MkdirAll(nd.dir, 0o755); err != nil {
 			lab.Close()
 			return nil, err
@@ -62,7 +70,12 @@ func newCluster(n int, binary, dir string) (*cluster, error) {
 		peers = append(peers, nd.id+"="+h.IP+":7302")
 	}
 	for _, nd := range c.nodes {
-		nd.args = serverFlags(nd, strings.Join(peers, ","))
+		files, err := certs.node(nd.id, nd.host.IP)
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		nd.args = serverFlags(nd, strings.Join(peers, ","), files)
 		if err := nd.start(0); err != nil {
 			c.close()
 			return nil, err
@@ -81,7 +94,7 @@ func (n *node) start(shift time.Duration) error {
 	n.mu.Lock()
 	n.p = p
 	n.mu.Unlock()
-	for deadline := time.Now().Add(20 * time.Second); !httpOK(n.metrics, "/healthz"); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); !httpOK(n.metrics, "/healthz", n.probe); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) || !p.alive() {
 			return fmt.Errorf("server %s did not come up; see %s", n.id, filepath.Join(n.dir, "server.log"))
 		}
@@ -107,7 +120,7 @@ func (n *node) kill() {
 
 func (n *node) leads() bool {
 	p := n.proc()
-	return p != nil && !p.isPaused() && httpOK(n.metrics, "/readyz")
+	return p != nil && !p.isPaused() && httpOK(n.metrics, "/readyz", n.probe)
 }
 
 func (c *cluster) addrs() []string {

@@ -124,6 +124,7 @@ type harness struct {
 	table   string
 	workers []*workerProc
 	proxy   *proxy
+	certs   *certs // the run's TLS files
 }
 
 // Run performs one chaos run and checks it. An error means the run could
@@ -142,7 +143,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer h.dropTable()
 	var err error
-	if h.cl, err = newCluster(cfg.Servers, cfg.FenceBinary, cfg.OutDir); err != nil {
+	if h.certs, err = newCerts(filepath.Join(cfg.OutDir, "certs")); err != nil {
+		return nil, err
+	}
+	creds, err := h.certs.clientCreds()
+	if err != nil {
+		return nil, err
+	}
+	proxyCreds, err := h.certs.proxyCreds()
+	if err != nil {
+		return nil, err
+	}
+	if h.cl, err = newCluster(cfg.Servers, cfg.FenceBinary, cfg.OutDir, h.certs); err != nil {
 		return nil, err
 	}
 	defer h.cl.close()
@@ -161,12 +173,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, k := range cfg.Faults {
 		f.enabled[k] = true
 	}
-	rp, err := newReplayer(h.cl.addrs(), cfg.Seed, cfg.TTL, f.note)
+	rp, err := newReplayer(h.cl.addrs(), creds, cfg.Seed, cfg.TTL, f.note)
 	if err != nil {
 		return nil, err
 	}
 	defer rp.close()
-	if h.proxy, err = newProxy(h.cl.addrs(), rp.in); err != nil {
+	if h.proxy, err = newProxy(h.cl.addrs(), rp.in, creds, proxyCreds); err != nil {
 		return nil, err
 	}
 	defer h.proxy.close()
@@ -175,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rdone := make(chan struct{})
 	go func() { defer close(rdone); rp.run(rctx, f.enabled[FaultReplay]) }()
 	for i := range cfg.Workers {
-		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.proxy.addrs, PostgresURL: cfg.PostgresURL,
+		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.proxy.addrs, TLS: h.certs.client, PostgresURL: cfg.PostgresURL,
 			MySQLURL: cfg.MySQLURL, Stores: cfg.Stores, TTLs: TTLModes[i%len(TTLModes)],
 			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing,
 			History: filepath.Join(cfg.OutDir, fmt.Sprintf("w%d.history", i+1)), Seed: cfg.Seed*1000 + uint64(i)}}
@@ -312,7 +324,7 @@ func (h *harness) dropTable() {
 func (h *harness) finalOps(ctx context.Context) ([]*Op, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, err := client.Dial(dctx, h.cl.addrs(), client.WithInsecure(), client.WithTTL(5*time.Second), client.WithOwner("chaos-final"))
+	cl, err := client.Dial(dctx, h.cl.addrs(), client.WithTLSFiles(h.certs.client.CA, h.certs.client.Cert, h.certs.client.Key), client.WithTTL(5*time.Second), client.WithOwner("chaos-final"))
 	if err != nil {
 		return nil, err
 	}

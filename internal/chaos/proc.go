@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -110,9 +111,9 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
-// httpOK reports whether GET path on addr answers 200.
-func httpOK(addr, path string) bool {
-	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+// httpOK reports whether GET path on addr (HTTPS, with cfg) answers 200.
+func httpOK(addr, path string, cfg *tls.Config) bool {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 300 * time.Millisecond}, "tcp", addr, cfg)
 	if err != nil {
 		return false
 	}

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
@@ -85,10 +85,10 @@ type proxy struct {
 // dialMembers connects to each member as the client does (keepalive pings
 // find a blackholed member within ~3 s, a restarted one is reconnected to
 // within a second), passing messages through as bytes.
-func dialMembers(addrs []string) ([]*grpc.ClientConn, error) {
+func dialMembers(addrs []string, creds credentials.TransportCredentials) ([]*grpc.ClientConn, error) {
 	var conns []*grpc.ClientConn
 	for _, addr := range addrs {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: time.Second, PermitWithoutStream: true}),
 			// Reconnect to a restarted member within a second, as the client
 			// does (gRPC's default backoff grows to 2 minutes).
@@ -111,10 +111,12 @@ func closeConns(conns []*grpc.ClientConn) {
 	}
 }
 
-func newProxy(members []string, captured chan<- capture) (*proxy, error) {
+// newProxy listens on 127.0.0.1 with TLS (serverCreds: workers present
+// the client certificate) and dials the members with clientCreds.
+func newProxy(members []string, captured chan<- capture, clientCreds, serverCreds credentials.TransportCredentials) (*proxy, error) {
 	p := &proxy{members: members, captured: captured, ttls: map[uint64]time.Duration{}}
 	var err error
-	if p.backends, err = dialMembers(members); err != nil {
+	if p.backends, err = dialMembers(members, clientCreds); err != nil {
 		return nil, err
 	}
 	var lns []net.Listener
@@ -129,7 +131,7 @@ func newProxy(members []string, captured chan<- capture) (*proxy, error) {
 		}
 		lns = append(lns, ln)
 		p.addrs = append(p.addrs, ln.Addr().String())
-		p.servers = append(p.servers, grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}),
+		p.servers = append(p.servers, grpc.NewServer(grpc.Creds(serverCreds), grpc.ForceServerCodecV2(rawCodec{}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 			grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error { return p.forward(i, ss) })))
 	}

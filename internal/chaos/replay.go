@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -75,12 +76,12 @@ type unseenReplay struct {
 	id, resp string
 }
 
-func newReplayer(members []string, seed uint64, ttl time.Duration, note func(string, ...any)) (*replayer, error) {
+func newReplayer(members []string, creds credentials.TransportCredentials, seed uint64, ttl time.Duration, note func(string, ...any)) (*replayer, error) {
 	r := &replayer{rng: rand.New(rand.NewPCG(seed, 3)), ttl: ttl, in: make(chan capture, 4096), note: note,
 		counts:  ReplayCounts{ByMethod: map[string]int{}, Answers: map[string]int{}},
 		firstOK: map[string][]byte{}}
 	var err error
-	if r.conns, err = dialMembers(members); err != nil {
+	if r.conns, err = dialMembers(members, creds); err != nil {
 		return nil, err
 	}
 	return r, nil

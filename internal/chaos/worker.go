@@ -21,6 +21,7 @@ import (
 
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/pki"
 )
 
 // WorkerEnv is the environment variable that turns a harness binary into a
@@ -32,6 +33,7 @@ type WorkerConfig struct {
 	ID          string        // w1, w2, …
 	Incarnation int           // +1 each time the harness restarts it
 	Servers     []string      // every member's gRPC address
+	TLS         pki.Files     // the client certificate
 	PostgresURL string        // the database with Table
 	MySQLURL    string        // the MariaDB database with Table too ("": PostgreSQL only)
 	Stores      []string      // the stores to write (default all)
@@ -115,7 +117,7 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 	w.newClient()
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithInsecure(), client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client)); err != nil {
+	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithTLSFiles(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key), client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client)); err != nil {
 		return err
 	}
 	defer w.cl.Close()
