@@ -31,18 +31,27 @@ func (f *Fence) KillLeader(ctx context.Context) (*Proc, error) {
 	return f.procs[i], nil
 }
 
-// LeaderHTTP is the HTTP address (metrics, pprof) of the leading node.
-func (f *Fence) LeaderHTTP(ctx context.Context) (string, error) {
+// LeaderHTTP is the base URL (metrics, pprof) of the leading node's HTTP
+// port, and the client to fetch from it with.
+func (f *Fence) LeaderHTTP(ctx context.Context) (string, *http.Client, error) {
 	i, err := f.leader(ctx)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return f.metrics[i], nil
+	return f.url(i), f.http, nil
+}
+
+// url is node i's HTTP port's base URL.
+func (f *Fence) url(i int) string {
+	if f.TLS != nil {
+		return "https://" + f.metrics[i]
+	}
+	return "http://" + f.metrics[i]
 }
 
 func (f *Fence) leader(ctx context.Context) (int, error) {
-	for i, addr := range f.metrics {
-		if httpOK(ctx, "http://"+addr+"/readyz") {
+	for i := range f.metrics {
+		if httpOK(ctx, f.http, f.url(i)+"/readyz") {
 			return i, nil
 		}
 	}
@@ -51,8 +60,8 @@ func (f *Fence) leader(ctx context.Context) (int, error) {
 
 // Healthy reports whether every node's /healthz answers.
 func (f *Fence) Healthy(ctx context.Context) bool {
-	for _, addr := range f.metrics {
-		if !httpOK(ctx, "http://"+addr+"/healthz") {
+	for i := range f.metrics {
+		if !httpOK(ctx, f.http, f.url(i)+"/healthz") {
 			return false
 		}
 	}
@@ -97,19 +106,20 @@ func (e *Etcd) statuses(ctx context.Context) ([]*clientv3.StatusResponse, error)
 	return sts, nil
 }
 
-func httpOK(ctx context.Context, url string) bool {
+func httpOK(ctx context.Context, hc *http.Client, url string) bool {
 	c, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return Get(c, url, io.Discard) == nil
+	return Get(c, hc, url, io.Discard) == nil
 }
 
-// Get fetches url and copies its body to w; anything but 200 is an error.
-func Get(ctx context.Context, url string, w io.Writer) error {
+// Get fetches url with hc and copies its body to w; anything but 200 is an
+// error.
+func Get(ctx context.Context, hc *http.Client, url string, w io.Writer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}

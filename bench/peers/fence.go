@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,13 +12,31 @@ import (
 
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/internal/bench"
+	"github.com/fencehq/fence/internal/pki"
 )
 
 // Fence is a 3-node fence cluster of real `fence serve` processes.
 type Fence struct {
 	bench.Fence
 	procs   []*Proc
-	metrics []string // each node's /metrics, /healthz, /readyz address
+	metrics []string     // each node's /metrics, /healthz, /readyz address
+	http    *http.Client // for them (with the CA when they serve TLS)
+}
+
+// makeCA creates a CA and a client certificate in dir.
+func makeCA(dir string) (*pki.CA, error) {
+	ca, err := pki.NewCA("peerbench CA", 48*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if err := pki.SaveCA(dir, ca); err != nil {
+		return nil, err
+	}
+	is, err := ca.Issue(pki.Client, "peerbench", nil, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	return ca, pki.SaveIssued(dir, "client", is)
 }
 
 // BuildFence builds cmd/fence into dir, inside fence's own module (the one
@@ -60,24 +79,55 @@ func revSuffix(rev string) string {
 
 // StartFence starts nodes on 127.0.0.1 (gRPC basePort+10i, metrics +1,
 // raft +2), with lock-delay 0 (the peers have none) and /debug/pprof on the
-// metrics address, and waits for a leader.
-func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration) (*Fence, error) {
+// metrics address, and waits for a leader. With tls every port is TLS, with
+// certificates of a CA made in dir (as a production cluster runs); without,
+// plaintext, as the peers run.
+func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration, tls bool) (*Fence, error) {
 	var peers []string
 	for i := range nodes {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, basePort+10*i+2))
 	}
-	f := &Fence{Fence: bench.Fence{TTL: ttl}}
-	// Plaintext, as the peers run; a fence from before TLS has no flag for it.
-	var plain []string
-	if help, _ := exec.Command(bin, "serve", "--help").CombinedOutput(); strings.Contains(string(help), "--insecure") {
-		plain = []string{"--insecure"}
+	f := &Fence{Fence: bench.Fence{TTL: ttl}, http: http.DefaultClient}
+	var ca *pki.CA
+	certs := filepath.Join(dir, "certs")
+	if tls {
+		var err error
+		if ca, err = makeCA(certs); err != nil {
+			return nil, err
+		}
+		if f.TLS, err = pki.ClientTLS(pki.ClientFiles(certs)); err != nil {
+			return nil, err
+		}
+		f.http = &http.Client{Transport: &http.Transport{TLSClientConfig: f.TLS}}
+	}
+	// A fence from before TLS has no --insecure: it serves plaintext anyway.
+	help, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
+	hasTLS := strings.Contains(string(help), "--insecure")
+	if tls && !hasTLS {
+		return nil, fmt.Errorf("%s serves no TLS", bin)
 	}
 	for i := range nodes {
 		id, port := fmt.Sprintf("n%d", i+1), basePort+10*i
-		p, err := StartProc(id, append([]string{bin, "serve", "--node-id", id, "--data-dir", filepath.Join(dir, id),
+		args := []string{bin, "serve", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--grpc-addr", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1),
 			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+2), "--bootstrap", strings.Join(peers, ","),
-			"--lock-delay", "0", "--log-level", "warn", "--pprof"}, plain...), filepath.Join(dir, id+".log"))
+			"--lock-delay", "0", "--log-level", "warn", "--pprof"}
+		switch {
+		case tls:
+			is, err := ca.Issue(pki.Node, id, []string{"127.0.0.1"}, 24*time.Hour)
+			if err == nil {
+				err = pki.SaveIssued(certs, id, is)
+			}
+			if err != nil {
+				f.Stop()
+				return nil, err
+			}
+			args = append(args, "--tls-ca", filepath.Join(certs, pki.CACertFile),
+				"--tls-cert", filepath.Join(certs, id+".crt"), "--tls-key", filepath.Join(certs, id+".key"))
+		case hasTLS:
+			args = append(args, "--insecure")
+		}
+		p, err := StartProc(id, args, filepath.Join(dir, id+".log"))
 		if err != nil {
 			f.Stop()
 			return nil, err
@@ -88,7 +138,11 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration) (*Fence
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, f.Servers, client.WithInsecure())
+	sec := client.WithInsecure()
+	if f.TLS != nil {
+		sec = client.WithTLS(f.TLS)
+	}
+	c, err := client.Dial(ctx, f.Servers, sec)
 	if err != nil {
 		f.Stop()
 		return nil, err

@@ -34,11 +34,7 @@ load: it creates locks named bench/… and leases owned by fence-bench.`,
   fence bench --workload renew-heavy --clients 8 --window 128 --server 127.0.0.1:7300,127.0.0.1:7310,127.0.0.1:7320`,
 		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, a := range strings.Split(g.servers, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					cfg.Servers = append(cfg.Servers, a)
-				}
-			}
+			cfg.Servers = g.addrs()
 			tlsCfg, err := g.tlsConfig()
 			if err != nil {
 				return err

@@ -45,6 +45,17 @@ type globals struct {
 	insecure       bool      // --insecure: plaintext
 }
 
+// addrs are the --server addresses.
+func (g *globals) addrs() []string {
+	var addrs []string
+	for _, a := range strings.Split(g.servers, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
+}
+
 // devDataDir is the data dir of 'fence serve' with no flags; client commands
 // look for its dev certificates there when given none.
 const devDataDir = "fence-data"
@@ -55,12 +66,21 @@ const devDataDir = "fence-data"
 func (g *globals) tlsConfig() (*tls.Config, error) {
 	if g.insecure {
 		if g.tls.Set() {
-			return nil, &exitError{ExitUsage, errors.New("--insecure connects in plaintext: give it or --ca/--cert/--key, not both")}
+			return nil, &exitError{ExitUsage, errors.New("--insecure connects in plaintext, but TLS files are given too " +
+				"(--ca/--cert/--key, or $" + client.EnvCA + "/$" + client.EnvCert + "/$" + client.EnvKey + "): drop one or the other")}
 		}
 		return nil, nil
 	}
 	files := g.tls
 	if !files.Set() {
+		// The dev server's certificates are for this machine's server only:
+		// a remote server is never trusted on a CA found in the directory.
+		for _, a := range g.addrs() {
+			if !pki.IsLoopback(a) {
+				return nil, errors.New("no TLS certificates for " + a + ": give --ca, --cert and --key (or FENCE_CA, FENCE_CERT, FENCE_KEY); " +
+					"--insecure talks plaintext to a server started with --insecure")
+			}
+		}
 		files = pki.ClientFiles(server.DevTLSDir(devDataDir))
 		if _, err := os.Stat(files.CA); err != nil {
 			return nil, errors.New("no TLS certificates: give --ca, --cert and --key (or FENCE_CA, FENCE_CERT, FENCE_KEY); " +
@@ -90,12 +110,6 @@ func (g *globals) adminToken() (string, error) {
 func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.connectTimeout)
 	defer cancel()
-	var addrs []string
-	for _, a := range strings.Split(g.servers, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
 	token, err := g.adminToken()
 	if err != nil {
 		return nil, err
@@ -112,7 +126,7 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 	} else {
 		opts = append(opts, client.WithTLS(tlsCfg))
 	}
-	c, err := client.Dial(ctx, addrs, opts...)
+	c, err := client.Dial(ctx, g.addrs(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w\n(start one with 'fence serve', or point --server / FENCE_SERVER at it)", err)
 	}

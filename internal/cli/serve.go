@@ -76,19 +76,23 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 				return err
 			}
 			cfg.Insecure = g.insecure
-			srv, err := server.New(cfg)
-			if err != nil {
-				return err
-			}
+			// Signals are caught before the node starts: a SIGHUP meanwhile
+			// must not kill it (it is handled once the node serves).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
+			srv, err := server.New(cfg)
+			if err != nil {
+				return err
+			}
 			for {
 				select {
 				case <-hup:
-					if err := srv.ReloadTLS(); err != nil {
+					if cfg.Insecure {
+						cfg.Logger.Info("SIGHUP: this node serves without TLS (--insecure); there are no certificates to reload")
+					} else if err := srv.ReloadTLS(); err != nil {
 						cfg.Logger.Error("SIGHUP: TLS certificates not reloaded; the node keeps serving with the ones it had", "err", err)
 					}
 				case <-ctx.Done():

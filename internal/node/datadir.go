@@ -61,10 +61,18 @@ func checkFormat(dataDir string) (created bool, err error) {
 	return true, syncDir(dataDir)
 }
 
-// CheckFormat refuses, as New would and without changing anything, a data
-// dir written in another format; a new (or missing) data dir passes. The
-// server asks before it puts anything of its own into the dir.
-func CheckFormat(dataDir string) error {
+// CheckDataDir refuses, as New would and without changing anything, a data
+// dir that another fence process holds or that was written in another
+// format; a new (or missing) data dir passes. The server asks before it
+// puts anything of its own into the dir.
+func CheckDataDir(dataDir string) error {
+	if _, err := os.Stat(filepath.Join(dataDir, lockFile)); err == nil {
+		f, err := lockDataDir(dataDir)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
 	_, err := inspectFormat(dataDir)
 	return err
 }

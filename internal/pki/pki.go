@@ -211,6 +211,9 @@ func LoadCA(dir string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the CA: %w", err)
 	}
+	if err := privateKeyFile(filepath.Join(dir, CAKeyFile)); err != nil {
+		return nil, err
+	}
 	keyPEM, err := os.ReadFile(filepath.Join(dir, CAKeyFile))
 	if err != nil {
 		return nil, fmt.Errorf("read the CA's key: %w (only the machine that signs certificates needs it)", err)

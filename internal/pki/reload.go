@@ -3,13 +3,15 @@ package pki
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync/atomic"
 )
 
-// Reloader holds the certificate, key and CA of Files as loaded last, and
+// Reloader holds a node's certificate, key and CA (Files) as loaded last, and
 // gives TLS configs that use whatever is current: a Reload (on SIGHUP)
 // takes effect for every handshake after it, without a restart.
 // Connections already open keep the certificates they were made with.
@@ -43,7 +45,7 @@ func (r *Reloader) Files() Files { return r.files }
 // together (a key of another certificate, a certificate the CA did not
 // sign, one that expired), it changes nothing and says why.
 func (r *Reloader) Reload() error {
-	l, err := load(r.files)
+	l, err := load(r.files, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return err
 	}
@@ -51,7 +53,14 @@ func (r *Reloader) Reload() error {
 	return nil
 }
 
-func load(f Files) (*loaded, error) {
+// load reads f and checks that they fit together: the key is the
+// certificate's, private to its owner, and the certificate chains to the CA
+// for each of uses (a node's certificate serves and dials; a client's
+// dials).
+func load(f Files, uses ...x509.ExtKeyUsage) (*loaded, error) {
+	if err := privateKeyFile(f.Key); err != nil {
+		return nil, err
+	}
 	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
 		return nil, fmt.Errorf("load certificate %s with key %s: %w", f.Cert, f.Key, err)
@@ -65,10 +74,30 @@ func load(f Files) (*loaded, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", f.CA)
 	}
 	leaf := cert.Leaf
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return nil, fmt.Errorf("certificate %s does not verify against CA %s: %w", f.Cert, f.CA, err)
+	for _, use := range uses {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{use}}); err != nil {
+			return nil, fmt.Errorf("certificate %s does not verify against CA %s as %s: %w", f.Cert, f.CA, useNames[use], err)
+		}
 	}
 	return &loaded{cert: cert, leaf: leaf, roots: roots}, nil
+}
+
+var useNames = map[x509.ExtKeyUsage]string{
+	x509.ExtKeyUsageServerAuth: "a node's (server authentication; a client certificate cannot serve)",
+	x509.ExtKeyUsageClientAuth: "a client's (client authentication)",
+}
+
+// privateKeyFile refuses a key file that others than its owner may read or
+// write, as ssh does: whoever reads a node's key can pose as that node.
+func privateKeyFile(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("key: %w", err)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("key file %s is open to others (mode %04o): run chmod 600 %s (in Kubernetes, mount the secret with defaultMode 0400)", path, perm, path)
+	}
+	return nil
 }
 
 // Leaf returns the current certificate.
@@ -82,14 +111,39 @@ func (r *Reloader) ServerConfig(clientAuth tls.ClientAuthType) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			l := r.cur.Load()
-			return &tls.Config{
-				MinVersion:   tls.VersionTLS12,
-				Certificates: []tls.Certificate{l.cert},
-				ClientCAs:    l.roots,
-				ClientAuth:   clientAuth,
-				NextProtos:   []string{"h2", "http/1.1"},
-			}, nil
+			return r.serverConfig(clientAuth), nil
+		},
+	}
+}
+
+// serverConfig is a listener's config with the current files.
+func (r *Reloader) serverConfig(clientAuth tls.ClientAuthType) *tls.Config {
+	l := r.cur.Load()
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{l.cert},
+		ClientCAs:    l.roots,
+		ClientAuth:   clientAuth,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}
+}
+
+// MemberConfig is the raft port's TLS config: ServerConfig requiring a
+// client certificate, and one that is a node certificate (server and
+// client authentication): a client certificate of the same CA does not
+// open the port to the members' traffic.
+func (r *Reloader) MemberConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cfg := r.serverConfig(tls.RequireAndVerifyClientCert)
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 || !slices.Contains(cs.PeerCertificates[0].ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+					return errors.New("the raft port takes only members' node certificates, and this is none (a client certificate?)")
+				}
+				return nil
+			}
+			return cfg, nil
 		},
 	}
 }
@@ -135,7 +189,7 @@ func ClientTLS(files Files) (*tls.Config, error) {
 	if err := files.Check(); err != nil {
 		return nil, err
 	}
-	l, err := load(files)
+	l, err := load(files, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, err
 	}

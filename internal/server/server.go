@@ -80,8 +80,9 @@ func (s *Server) open() error {
 		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg, gather = r, r
 	}
+	var dev devSetup
 	var err error
-	if s.tls, err = cfg.openTLS(s.log); err != nil {
+	if s.tls, dev, err = cfg.openTLS(s.log); err != nil {
 		return err
 	}
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -103,7 +104,7 @@ func (s *Server) open() error {
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 		AuditFile: cfg.AuditFile, Clock: cfg.Clock, Metrics: s.metrics, Logger: s.log, RaftLogLevel: raftLevel}
 	if s.tls != nil {
-		ncfg.RaftServerTLS, ncfg.RaftClientTLS = s.tls.ServerConfig(tls.RequireAndVerifyClientCert), s.tls.ClientConfig
+		ncfg.RaftServerTLS, ncfg.RaftClientTLS = s.tls.MemberConfig(), s.tls.ClientConfig
 	}
 	for _, p := range cfg.Bootstrap {
 		ncfg.Bootstrap = append(ncfg.Bootstrap, node.Member{Name: p.ID, RaftAddr: p.RaftAddr})
@@ -116,12 +117,18 @@ func (s *Server) open() error {
 	if s.node, err = node.New(ncfg); err != nil {
 		return err
 	}
+	if err := s.checkAlone(dev); err != nil {
+		return err
+	}
 
 	creds := insecure.NewCredentials()
 	if s.tls != nil {
 		creds = credentials.NewTLS(s.tls.ServerConfig(tls.RequireAndVerifyClientCert))
 	}
 	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
+		// A connection that has not finished its TLS handshake (and HTTP/2
+		// preface) in 10s is closed, as on the raft port (gRPC's default: 120s).
+		grpc.ConnectionTimeout(10*time.Second),
 		grpc.UnaryInterceptor(s.adminInterceptor),
 		// Clients ping every 2s to find dead connections (see client.Dial).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -156,7 +163,9 @@ func (s *Server) open() error {
 			}
 			fmt.Fprintln(w, "ready")
 		})
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		// Idle or slow callers are cut off (no WriteTimeout: a pprof
+		// profile streams for as long as it was asked to).
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)} // refused handshakes, say
 		go s.http.Serve(s.httpLis)
 	}

@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,35 +23,70 @@ import (
 func DevTLSDir(dataDir string) string { return filepath.Join(dataDir, "tls") }
 
 // openTLS decides how this node serves (Config.TLS, Config.Insecure): nil
-// for plaintext, else the node's certificates, loaded.
-func (c *Config) openTLS(log *slog.Logger) (*pki.Reloader, error) {
+// for plaintext, else the node's certificates, loaded, and whether they are
+// the dev setup's.
+func (c *Config) openTLS(log *slog.Logger) (_ *pki.Reloader, dev devSetup, _ error) {
 	if c.Insecure {
 		log.Warn("serving without TLS (insecure): anyone who can reach these ports can take, hold and watch any lock, and read lease secrets on the wire")
-		return nil, nil
+		return nil, dev, nil
 	}
 	files := c.TLS
 	if !files.Set() {
 		for _, addr := range c.listenAddrs() {
 			if !pki.IsLoopback(addr) {
-				return nil, fmt.Errorf("%s is not a loopback address, and no TLS certificates were given: "+
+				return nil, dev, fmt.Errorf("%s is not a loopback address, and no TLS certificates were given: "+
 					"give --tls-ca, --tls-cert and --tls-key (make them with 'fence certs'), or --insecure to serve plaintext on purpose", addr)
 			}
 		}
 		if len(c.Bootstrap) > 1 || len(c.Join) > 0 {
-			return nil, errors.New("the members of a cluster need certificates from one CA, and none were given: " +
+			return nil, dev, errors.New("the members of a cluster need certificates from one CA, and none were given: " +
 				"make them with 'fence certs' and give each member --tls-ca, --tls-cert and --tls-key (README, Security), or --insecure")
 		}
-		if err := node.CheckFormat(c.DataDir); err != nil {
-			return nil, err // refused before the dev setup writes into it
+		if err := node.CheckDataDir(c.DataDir); err != nil {
+			return nil, dev, err // refused before the dev setup writes into it
 		}
 		dir := DevTLSDir(c.DataDir)
-		var err error
+		_, err := os.Stat(dir)
+		dev.made = errors.Is(err, fs.ErrNotExist)
 		if files, err = pki.EnsureDev(dir, c.NodeID, pki.DevHosts); err != nil {
-			return nil, fmt.Errorf("dev certificates in %s: %w", dir, err)
+			return nil, dev, fmt.Errorf("dev certificates in %s: %w", dir, err)
 		}
+		dev.dir = dir
 		log.Info("serving TLS with the dev certificates; the fence CLI on this machine finds the client's there (or set FENCE_CA, FENCE_CERT, FENCE_KEY)", "dir", dir)
 	}
-	return pki.NewReloader(files)
+	r, err := pki.NewReloader(files)
+	return r, dev, err
+}
+
+// devSetup is where the dev setup's certificates are ("" when it is not in
+// use) and whether this start made them.
+type devSetup struct {
+	dir  string
+	made bool
+}
+
+// checkAlone refuses the dev setup for a node whose raft log makes it a
+// member of a cluster (a member restarted without its --tls-* flags: its
+// own dev CA would cut it off from the others), undoing the certificates
+// this start made.
+func (s *Server) checkAlone(dev devSetup) error {
+	if dev.dir == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	members, err := s.node.Members(ctx)
+	if err != nil {
+		return err
+	}
+	if len(members) <= 1 {
+		return nil
+	}
+	if dev.made {
+		os.RemoveAll(dev.dir)
+	}
+	return fmt.Errorf("this node is a member of a cluster of %d (its raft log says so), and no TLS certificates were given: "+
+		"give it its --tls-ca, --tls-cert and --tls-key (certificates of the cluster's CA), or --insecure if the cluster runs plaintext", len(members))
 }
 
 // listenAddrs are the addresses this node listens on.

@@ -119,11 +119,13 @@ func (r *receiver) receiveMessages(c net.Conn, br *bufio.Reader, bw *bufio.Write
 			err = status.Error(codes.InvalidArgument, "a frame of the raft stream is no Batch")
 		case accepted && b.GetFrom() != from:
 			err = status.Errorf(codes.InvalidArgument, "a stream from node %d carried a batch from node %d", from, b.GetFrom())
+		case !accepted:
+			// Vet the sender before anything is said about this cluster.
+			if err = r.admit(c, b.GetFrom()); err == nil {
+				msgs, err = r.decodeBatch(b)
+			}
 		default:
 			msgs, err = r.decodeBatch(b)
-		}
-		if err == nil && !accepted {
-			err = r.admit(c, b.GetFrom())
 		}
 		if err != nil {
 			return err
@@ -281,10 +283,10 @@ func (r *receiver) receiveSnapshot(recv func() (*transportpb.SnapshotChunk, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := r.checkHeader(c.GetClusterId(), c.GetFrom(), c.GetTo()); err != nil {
+	if err := admit(c.GetFrom()); err != nil {
 		return nil, err
 	}
-	if err := admit(c.GetFrom()); err != nil {
+	if err := r.checkHeader(c.GetClusterId(), c.GetFrom(), c.GetTo()); err != nil {
 		return nil, err
 	}
 	from := c.GetFrom()

@@ -78,7 +78,7 @@ func main() {
 		loopbackEcho()
 		return
 	}
-	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run)")
+	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run; a +tls suffix serves TLS on every port: fence+tls)")
 	runs := flag.Int("runs", 3, "rounds (each system fresh in each); medians are over these")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
 	only := flag.String("scenarios", "", "comma-separated subset of: "+names())
@@ -127,19 +127,21 @@ type system interface {
 }
 
 // fenceRev is the revision a system name fence@REV asks for ("" for fence,
-// the working tree); ok is false for the other systems.
-func fenceRev(name string) (rev string, ok bool) {
+// the working tree), and whether it serves TLS (a "+tls" suffix: fence+tls,
+// fence@REV+tls); ok is false for the other systems.
+func fenceRev(name string) (rev string, tls, ok bool) {
+	name, tls = strings.CutSuffix(name, "+tls")
 	if name == "fence" {
-		return "", true
+		return "", tls, true
 	}
 	rev, ok = strings.CutPrefix(name, "fence@")
-	return rev, ok && rev != ""
+	return rev, tls, ok && rev != ""
 }
 
 func start(name, dir string, fenceBins map[string]string, self string) (system, error) {
 	const ttl = 10 * time.Second
-	if _, ok := fenceRev(name); ok {
-		return peers.StartFence(fenceBins[name], dir, 3, 17300, ttl)
+	if rev, tls, ok := fenceRev(name); ok {
+		return peers.StartFence(fenceBins[rev], dir, 3, 17300, ttl, tls)
 	}
 	switch name {
 	case "etcd":
@@ -149,7 +151,7 @@ func start(name, dir string, fenceBins map[string]string, self string) (system, 
 	case "redis-fsync":
 		return peers.StartRedis(dir, 17501, ttl, true)
 	}
-	return nil, fmt.Errorf("unknown system %q (fence, fence@REV, etcd, redis, redis-fsync)", name)
+	return nil, fmt.Errorf("unknown system %q (fence, fence@REV, either with +tls, etcd, redis, redis-fsync)", name)
 }
 
 // options are the command line's choices.
@@ -180,8 +182,8 @@ func run(ctx context.Context, o options) error {
 	defer os.RemoveAll(tmp)
 	fenceBins := map[string]string{}
 	for _, name := range systems {
-		if rev, ok := fenceRev(name); ok && fenceBins[name] == "" {
-			if fenceBins[name], err = peers.BuildFence(tmp, rev); err != nil {
+		if rev, _, ok := fenceRev(name); ok && fenceBins[rev] == "" {
+			if fenceBins[rev], err = peers.BuildFence(tmp, rev); err != nil {
 				return err
 			}
 		}
@@ -242,7 +244,7 @@ type bencher struct {
 	o         options
 	scenarios []scenario
 	tmp, self string
-	fenceBins map[string]string // by system name: fence, fence@REV
+	fenceBins map[string]string // by revision ("" for the working tree)
 	res       *Results
 }
 

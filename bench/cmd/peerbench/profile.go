@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,7 +14,7 @@ import (
 
 // leaderHTTP is a system whose leader serves /debug/pprof (fence).
 type leaderHTTP interface {
-	LeaderHTTP(ctx context.Context) (string, error)
+	LeaderHTTP(ctx context.Context) (string, *http.Client, error)
 }
 
 // profileLeader saves, while a scenario runs, a CPU profile and an
@@ -31,7 +32,7 @@ func profileLeader(ctx context.Context, sys system, scenario, dir string, d time
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	addr, err := lh.LeaderHTTP(ctx)
+	leaderURL, hc, err := lh.LeaderHTTP(ctx)
 	if err != nil {
 		return err
 	}
@@ -39,20 +40,20 @@ func profileLeader(ctx context.Context, sys system, scenario, dir string, d time
 	base := filepath.Join(dir, fmt.Sprintf("%s-%s", sys.Name(), scenario))
 	errs := make(chan error, 2)
 	go func() {
-		errs <- save(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), base+".cpu.pprof")
+		errs <- save(ctx, hc, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", leaderURL, secs), base+".cpu.pprof")
 	}()
 	go func() {
-		errs <- save(ctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", addr, max(1, secs/2)), base+".trace")
+		errs <- save(ctx, hc, fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", leaderURL, max(1, secs/2)), base+".trace")
 	}()
 	return errors.Join(<-errs, <-errs)
 }
 
-func save(ctx context.Context, url, path string) error {
+func save(ctx context.Context, hc *http.Client, url, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := peers.Get(ctx, url, f); err != nil {
+	if err := peers.Get(ctx, hc, url, f); err != nil {
 		f.Close()
 		return err
 	}
