@@ -70,6 +70,9 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
+	if o.token != "" {
+		o.dialOpts = append([]grpc.DialOption{grpc.WithPerRPCCredentials(bearerToken(o.token))}, o.dialOpts...)
+	}
 	c := &Client{opts: o, creds: creds, sessions: map[sessionKey]*session{}, creating: map[sessionKey]chan struct{}{}}
 	var ms []*member
 	for _, t := range targets {
@@ -544,3 +547,14 @@ func newRequestID() []byte {
 	}
 	return b
 }
+
+// bearerToken sends a WithToken token with every call.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity is false so that a test against an --insecure
+// server works; WithToken's doc says to use TLS.
+func (bearerToken) RequireTransportSecurity() bool { return false }

@@ -28,6 +28,7 @@ type options struct {
 	tlsFiles   *pki.Files  // WithTLSFiles: read by Dial
 	insecure   bool        // WithInsecure: plaintext
 	adminToken string
+	token      string      // WithToken: the identity's bearer token, on every call
 	clock      clock.Clock // lease timing: deadlines, renewals; tests inject a fake
 	settleFor  time.Duration
 }
@@ -172,6 +173,12 @@ func (o *options) transportTLS() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// WithToken sends token ("authorization: Bearer <token>") with every call:
+// the identity of a client without a certificate, under a server's policy
+// (--policy-file names the token's SHA-256; 'fence policy hash-token'
+// computes it). Send it only over TLS.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
 
 // WithDialOptions passes options to grpc.NewClient (TLS credentials, interceptors).
 // Without any, the client connects without TLS.

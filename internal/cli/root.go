@@ -41,6 +41,7 @@ type globals struct {
 	servers        string
 	connectTimeout time.Duration
 	adminTokenFile string
+	tokenFile      string    // --token-file ($FENCE_TOKEN): this client's identity under a policy
 	tls            pki.Files // --ca, --cert, --key ($FENCE_CA, $FENCE_CERT, $FENCE_KEY)
 	insecure       bool      // --insecure: plaintext
 }
@@ -97,12 +98,17 @@ func (g *globals) tlsConfig() (*tls.Config, error) {
 
 // adminToken reads --admin-token-file, or else $FENCE_ADMIN_TOKEN.
 func (g *globals) adminToken() (string, error) {
-	if g.adminTokenFile == "" {
-		return os.Getenv("FENCE_ADMIN_TOKEN"), nil
+	return readSecret("--admin-token-file", g.adminTokenFile, "FENCE_ADMIN_TOKEN")
+}
+
+// readSecret reads the file a flag names, or else the environment variable.
+func readSecret(flag, path, env string) (string, error) {
+	if path == "" {
+		return os.Getenv(env), nil
 	}
-	b, err := os.ReadFile(g.adminTokenFile)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("--admin-token-file: %w", err)
+		return "", fmt.Errorf("%s: %w", flag, err)
 	}
 	return strings.TrimSpace(string(b)), nil
 }
@@ -116,6 +122,13 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 	}
 	if token != "" {
 		opts = append(opts, client.WithAdminToken(token))
+	}
+	ident, err := readSecret("--token-file", g.tokenFile, "FENCE_TOKEN")
+	if err != nil {
+		return nil, err
+	}
+	if ident != "" {
+		opts = append(opts, client.WithToken(ident))
 	}
 	tlsCfg, err := g.tlsConfig()
 	if err != nil {
@@ -182,8 +195,9 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	pf.StringVar(&g.tls.Cert, "cert", os.Getenv(client.EnvCert), "client certificate ($"+client.EnvCert+")")
 	pf.StringVar(&g.tls.Key, "key", os.Getenv(client.EnvKey), "client certificate's key ($"+client.EnvKey+")")
 	pf.BoolVar(&g.insecure, "insecure", false, "talk plaintext (to a server started with --insecure; serve: serve plaintext)")
+	pf.StringVar(&g.tokenFile, "token-file", "", "file holding this client's bearer token, its identity under the servers' policy when it has no certificate (default $FENCE_TOKEN)")
 	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
-	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g), newBench(g), newCerts())
+	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g), newBench(g), newCerts(), newPolicy())
 	return root
 }
 

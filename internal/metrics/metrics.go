@@ -16,6 +16,9 @@ type Server struct {
 	StaleWrites      prometheus.Counter
 	ApplyLatency     prometheus.Histogram
 	BatchSize        prometheus.Histogram
+	// AuthDenied counts calls the policy refused, by gRPC code
+	// (Unauthenticated: no identity; PermissionDenied: not granted).
+	AuthDenied *prometheus.CounterVec
 }
 
 // Gauges reads live sizes from the state when Prometheus scrapes.
@@ -45,12 +48,14 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "fence", Name: "raft_batch_commands",
 			Help:    "Commands packed into one raft log entry.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
+		AuthDenied: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fence", Name: "auth_denied_total",
+			Help: "Calls refused by the policy (--policy-file), by gRPC code: Unauthenticated (no identity) or PermissionDenied."}, []string{"code"}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "fence", Name: name, Help: help}, f)
 	}
 	reg.MustRegister(m.Grants, m.Releases, m.Expirations, m.Revocations, m.Renewals,
-		m.LockDelayRefused, m.StaleWrites, m.ApplyLatency, m.BatchSize,
+		m.LockDelayRefused, m.StaleWrites, m.ApplyLatency, m.BatchSize, m.AuthDenied,
 		gauge("active_leases", "Live leases.", g.Leases),
 		gauge("active_locks", "Locks held, in lock-delay, or waited for.", g.Locks),
 		gauge("waiters", "Acquires waiting in lock queues.", g.Waiters),

@@ -61,6 +61,12 @@ type Config struct {
 	// and read lease secrets on the wire. Only for tests and trusted
 	// networks; it cannot be combined with TLS.
 	Insecure bool
+	// PolicyFile, if set, is the policy (internal/policy) that every call is
+	// judged by: identities (client certificates' common names, bearer
+	// tokens) and the lock-name prefixes and rights they have. Without one,
+	// every holder of a certificate of the CA may do everything but admin
+	// calls (see AdminToken). Server.ReloadPolicy re-reads it.
+	PolicyFile string
 	// RaftListener, if set, is where the raft transport serves (RaftAddr is
 	// then ignored): tests open it first to learn the port.
 	RaftListener net.Listener

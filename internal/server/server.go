@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ import (
 	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/node"
 	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/policy"
 )
 
 // Server is one fence node's front: the gRPC service (handlers, request
@@ -39,7 +41,8 @@ type Server struct {
 	limits  limits
 	metrics *metrics.Server
 	node    *node.Node
-	tls     *pki.Reloader // nil: plaintext (Config.Insecure)
+	tls     *pki.Reloader                 // nil: plaintext (Config.Insecure)
+	policy  atomic.Pointer[policy.Policy] // nil: no policy file
 
 	grpc     *grpc.Server
 	grpcLis  net.Listener
@@ -85,6 +88,9 @@ func (s *Server) open() error {
 	if s.tls, dev, err = cfg.openTLS(s.log); err != nil {
 		return err
 	}
+	if err := s.loadPolicy(); err != nil {
+		return err
+	}
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener on %s: %w", cfg.GRPCAddr, err)
 	}
@@ -123,13 +129,19 @@ func (s *Server) open() error {
 
 	creds := insecure.NewCredentials()
 	if s.tls != nil {
-		creds = credentials.NewTLS(s.tls.ServerConfig(tls.RequireAndVerifyClientCert))
+		// Under a policy a client may identify itself by a bearer token
+		// instead of a certificate (authorize then requires one or the other).
+		clientAuth := tls.RequireAndVerifyClientCert
+		if cfg.PolicyFile != "" {
+			clientAuth = tls.VerifyClientCertIfGiven
+		}
+		creds = credentials.NewTLS(s.tls.ServerConfig(clientAuth))
 	}
 	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
 		// A connection that has not finished its TLS handshake (and HTTP/2
 		// preface) in 10s is closed, as on the raft port (gRPC's default: 120s).
 		grpc.ConnectionTimeout(10*time.Second),
-		grpc.UnaryInterceptor(s.adminInterceptor),
+		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth),
 		// Clients ping every 2s to find dead connections (see client.Dial).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		// The server pings too, so the handlers of a connection that died on

@@ -15,6 +15,7 @@ import (
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/planted"
+	"github.com/fencehq/fence/internal/policy"
 )
 
 // service implements api.FenceServer on top of a Server.
@@ -415,10 +416,13 @@ func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.
 		return nil, err
 	}
 	resp := &api.ListLocksResponse{}
+	pol, id := v.s.policy.Load(), callerIdentity(ctx)
 	v.s.node.View(func(s *fsm.State) {
 		page, more := s.LocksAfter(r.GetAfter(), limit)
 		for _, k := range page {
-			resp.Locks = append(resp.Locks, v.lockInfo(k))
+			if pol == nil || pol.Allows(id, policy.Read, k.Name) { // a page may hold fewer: the caller's names only
+				resp.Locks = append(resp.Locks, v.lockInfo(k))
+			}
 		}
 		resp.More = more
 	})

@@ -1,0 +1,215 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/locktest"
+	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/policy"
+	"github.com/fencehq/fence/internal/server"
+)
+
+const testPolicy = `
+identities:
+  - name: alice
+    prefixes: [a/]
+    rights: [acquire, read]
+  - name: reader
+    prefixes: [""]
+    rights: [read]
+  - name: cron
+    token_sha256: %s
+    prefixes: [jobs/]
+    rights: [acquire, read]
+  - name: ops
+    prefixes: [""]
+    rights: [acquire, read, admin]
+`
+
+type policyCluster struct {
+	t      *testing.T
+	certs  *locktest.Certs
+	addr   string
+	srv    *server.Server
+	policy string // the file
+}
+
+func startWithPolicy(t *testing.T, doc string) *policyCluster {
+	t.Helper()
+	pc := &policyCluster{t: t, certs: locktest.NewCerts(t), policy: filepath.Join(t.TempDir(), "policy.yaml")}
+	if err := os.WriteFile(pc.policy, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pc.srv = locktest.Start(t, pc.certs.Serve, func(c *server.Config) { c.PolicyFile = pc.policy })
+	pc.addr = pc.srv.GRPCAddr()
+	return pc
+}
+
+// clientFiles issues a client certificate for identity.
+func (pc *policyCluster) clientFiles(identity string) pki.Files {
+	pc.t.Helper()
+	is, err := pc.certs.CA.Issue(pki.Client, identity, nil, time.Hour)
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	dir := pc.t.TempDir()
+	if err := pki.SaveIssued(dir, "c", is); err != nil {
+		pc.t.Fatal(err)
+	}
+	return pki.Files{CA: pc.certs.Client.CA, Cert: filepath.Join(dir, "c.crt"), Key: filepath.Join(dir, "c.key")}
+}
+
+func (pc *policyCluster) dial(opts ...client.Option) *client.Client {
+	pc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, []string{pc.addr}, append([]client.Option{client.WithTTL(5 * time.Second)}, opts...)...)
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	pc.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (pc *policyCluster) as(identity string) *client.Client {
+	f := pc.clientFiles(identity)
+	return pc.dial(client.WithTLSFiles(f.CA, f.Cert, f.Key), client.WithOwner(identity))
+}
+
+// noCert is TLS that trusts the CA and presents no certificate.
+func (pc *policyCluster) noCert() client.Option {
+	cfg, err := pki.ClientTLS(pc.certs.Client)
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	cfg.Certificates = nil
+	return client.WithTLS(cfg)
+}
+
+func wantCode(t *testing.T, what string, err error, code codes.Code, msg string) {
+	t.Helper()
+	if status.Code(err) != code && !strings.Contains(err.Error(), code.String()) {
+		t.Errorf("%s: %v, want %v", what, err, code)
+	} else if msg != "" && !strings.Contains(err.Error(), msg) {
+		t.Errorf("%s: %v, want it to say %q", what, err, msg)
+	}
+}
+
+func TestPolicyGrantsByIdentityAndPrefix(t *testing.T) {
+	pc := startWithPolicy(t, strings.Replace(testPolicy, "%s", policy.HashToken("cron-secret"), 1))
+	ctx := t.Context()
+	alice, ops, reader := pc.as("alice"), pc.as("ops"), pc.as("reader")
+
+	if _, err := alice.Lock(ctx, "a/job"); err != nil {
+		t.Fatalf("alice on her prefix: %v", err)
+	}
+	_, err := alice.Lock(ctx, "b/job")
+	wantCode(t, "alice outside her prefix", err, codes.PermissionDenied, `identity "alice" has the acquire right only under the prefixes "a/"`)
+	if _, err := ops.Lock(ctx, "b/job"); err != nil {
+		t.Fatalf("ops: %v", err)
+	}
+	_, err = alice.Status(ctx, "b/job")
+	wantCode(t, "alice reading outside her prefix", err, codes.PermissionDenied, "")
+	_, err = reader.Lock(ctx, "a/other")
+	wantCode(t, "reader acquiring", err, codes.PermissionDenied, "no acquire right")
+
+	// Listing shows each identity only what it may read.
+	names := func(c *client.Client) []string {
+		infos, err := c.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, i := range infos {
+			out = append(out, i.Name)
+		}
+		return out
+	}
+	if got := names(alice); len(got) != 1 || got[0] != "a/job" {
+		t.Errorf("alice lists %v, want only a/job", got)
+	}
+	if got := names(reader); len(got) != 2 {
+		t.Errorf("reader lists %v, want both", got)
+	}
+
+	// Admin calls need the admin right.
+	_, _, err = alice.ForceRelease(ctx, "a/job", "test")
+	wantCode(t, "alice force-releasing", err, codes.PermissionDenied, "")
+	if _, _, err := ops.ForceRelease(ctx, "a/job", "test"); err != nil {
+		t.Fatalf("ops force-releasing: %v", err)
+	}
+
+	// A certificate the policy does not name may do nothing.
+	_, err = pc.as("mallory").Lock(ctx, "a/job")
+	wantCode(t, "an unnamed identity", err, codes.PermissionDenied, "")
+}
+
+func TestPolicyTokensIdentifyClientsWithoutACertificate(t *testing.T) {
+	pc := startWithPolicy(t, strings.Replace(testPolicy, "%s", policy.HashToken("cron-secret"), 1))
+	ctx := t.Context()
+	cron := pc.dial(pc.noCert(), client.WithToken("cron-secret"))
+	l, err := cron.Lock(ctx, "jobs/nightly")
+	if err != nil {
+		t.Fatalf("a token client on its prefix: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cron.Lock(ctx, "a/job")
+	wantCode(t, "a token client outside its prefix", err, codes.PermissionDenied, `"cron"`)
+
+	// Without a certificate, a wrong token or none gets nothing.
+	for name, opts := range map[string][]client.Option{
+		"wrong token": {pc.noCert(), client.WithToken("guess")},
+		"no token":    {pc.noCert()},
+	} {
+		c := pc.dial(opts...)
+		_, err := c.Lock(ctx, "jobs/nightly")
+		wantCode(t, name, err, codes.Unauthenticated, "")
+	}
+}
+
+func TestPolicyReload(t *testing.T) {
+	pc := startWithPolicy(t, strings.Replace(testPolicy, "%s", policy.HashToken("cron-secret"), 1))
+	ctx := t.Context()
+	alice := pc.as("alice")
+	_, err := alice.Lock(ctx, "b/job")
+	wantCode(t, "before the reload", err, codes.PermissionDenied, "")
+
+	grown := strings.Replace(strings.Replace(testPolicy, "%s", policy.HashToken("cron-secret"), 1), "prefixes: [a/]", "prefixes: [a/, b/]", 1)
+	os.WriteFile(pc.policy, []byte("identities:\n  - name: x\n    rights: [fly]\n"), 0o600)
+	if err := pc.srv.ReloadPolicy(); err == nil || !strings.Contains(err.Error(), `unknown right "fly"`) {
+		t.Fatalf("a broken policy reloaded: %v", err)
+	}
+	if _, err := alice.Lock(ctx, "a/still"); err != nil {
+		t.Fatalf("the failed reload changed the policy: %v", err)
+	}
+	os.WriteFile(pc.policy, []byte(grown), 0o600)
+	if err := pc.srv.ReloadPolicy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Lock(ctx, "b/job"); err != nil {
+		t.Fatalf("after the reload: %v", err)
+	}
+}
+
+// A broken policy file stops the start, listing its problems.
+func TestBadPolicyFileRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.yaml")
+	os.WriteFile(path, []byte("identities:\n  - name: a\n    rights: [read]\n  - rights: [x]\n"), 0o600)
+	cfg := locktest.Config(filepath.Join(dir, "data"))
+	cfg.PolicyFile = path
+	if _, err := server.New(cfg); err == nil || !strings.Contains(err.Error(), "no prefixes") || !strings.Contains(err.Error(), "no name") {
+		t.Fatalf("start with a broken policy: %v", err)
+	}
+}
