@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,5 +346,115 @@ func TestMemberWithAnotherMembersCertificateIsRefused(t *testing.T) {
 	}
 	if l := c.Leader(c.Nodes[0], c.Nodes[1]); l.ID == "n3" {
 		t.Fatal("n3 leads with another member's certificate")
+	}
+}
+
+// Rotation under load: clients lock and release without pause while the
+// server's certificate is replaced three times and new clients come with
+// new client certificates; every call succeeds and no lease is lost.
+func TestRotationUnderLoadLosesNoLease(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	srv := locktest.Start(t, certs.Serve)
+	newClient := func(name string) *client.Client {
+		is, err := certs.CA.Issue(pki.Client, name, nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := pki.SaveIssued(dir, "c", is); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := client.Dial(ctx, []string{srv.GRPCAddr()}, client.WithTTL(2*time.Second),
+			client.WithTLSFiles(certs.Client.CA, filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	const workers = 4
+	stop := make(chan struct{})
+	errs := make(chan error, workers)
+	var cycles sync.WaitGroup
+	var done atomic.Int64
+	for w := range workers {
+		c := newClient(fmt.Sprintf("worker-%d", w))
+		cycles.Add(1)
+		go func() {
+			defer cycles.Done()
+			ctx := context.Background()
+			held, err := c.Lock(ctx, fmt.Sprintf("held/%d", w)) // held through every rotation
+			if err != nil {
+				errs <- err
+				return
+			}
+			for {
+				select {
+				case <-stop:
+					if err := held.Err(); err != nil {
+						errs <- fmt.Errorf("worker %d: the lease held through the rotations ended: %w", w, err)
+					}
+					return
+				case <-held.Done():
+					errs <- fmt.Errorf("worker %d: lease lost during rotation: %v", w, held.Err())
+					return
+				default:
+				}
+				l, err := c.Lock(ctx, fmt.Sprintf("cycle/%d", w))
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("worker %d: %w", w, err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	// Between rotations: cycles, and more than a renewal interval (TTL/3),
+	// so the held leases renew across each one (4 s in all, twice the TTL).
+	for i := range 3 {
+		before, since := done.Load(), time.Now()
+		waitUntil(t, "cycles between rotations", func() bool { return done.Load() >= before+20 && time.Since(since) > time.Second })
+		is, err := certs.CA.Issue(pki.Node, "node1", []string{"127.0.0.1", "localhost"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := servedSerial(t, srv.GRPCAddr(), certs.Client)
+		os.WriteFile(certs.Node.Cert, is.CertPEM, 0o644)
+		os.WriteFile(certs.Node.Key, is.KeyPEM, 0o600)
+		if err := srv.ReloadTLS(); err != nil {
+			t.Fatal(err)
+		}
+		if servedSerial(t, srv.GRPCAddr(), certs.Client).Cmp(old) == 0 {
+			t.Fatalf("rotation %d: the old certificate is still served", i+1)
+		}
+		// A new client, with a new client certificate, joins the load.
+		if _, err := newClient(fmt.Sprintf("late-%d", i)).Lock(context.Background(), fmt.Sprintf("late/%d", i)); err != nil {
+			t.Fatalf("a client after rotation %d: %v", i+1, err)
+		}
+	}
+	before, since := done.Load(), time.Now()
+	waitUntil(t, "cycles after the last rotation", func() bool { return done.Load() >= before+20 && time.Since(since) > time.Second })
+	close(stop)
+	cycles.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d lock+release cycles across 3 rotations", done.Load())
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
