@@ -1,5 +1,6 @@
 // Package audit writes and defines the audit file: one JSON line per applied
-// raft entry that started or ended a lease or granted or released a lock.
+// raft entry that started or ended a lease or granted or released a lock,
+// and one per call the policy refused on this node.
 // It is a leaf package, so tools that read audit files (internal/chaos) need
 // not import the server.
 package audit
@@ -8,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/fencehq/fence/internal/fsm"
 )
@@ -24,6 +27,19 @@ type Record struct {
 	Restored bool `json:"restored,omitempty"`
 	// Events are the entry's changes, in the order they happened.
 	Events []Event `json:"events,omitempty"`
+	// Denied, on a record of its own (no Index), is a call this node's
+	// policy refused; only the node that received it writes it.
+	Denied *Denial `json:"denied,omitempty"`
+}
+
+// Denial is a refused call and who made it.
+type Denial struct {
+	At       time.Time `json:"at"`
+	Method   string    `json:"method"`
+	Identity string    `json:"identity,omitempty"` // "" when the caller had none
+	Caller   string    `json:"caller"`             // its network address
+	Code     string    `json:"code"`               // Unauthenticated or PermissionDenied
+	Reason   string    `json:"reason"`
 }
 
 // Event is one change. Leases appear by their public number, never by
@@ -44,7 +60,8 @@ type Event struct {
 // Log appends Records as JSON lines, one write per entry, so a
 // killed node loses nothing it applied.
 type Log struct {
-	f *os.File
+	mu sync.Mutex // Denied is called from the handlers, Entry from the apply loop
+	f  *os.File
 }
 
 // Open opens (or creates) the audit file at path for appending.
@@ -75,6 +92,9 @@ func (a *Log) Entry(index uint64, cmds []fsm.Command, results []fsm.Result) erro
 	return a.write(rec)
 }
 
+// Denied records a refused call.
+func (a *Log) Denied(d Denial) error { return a.write(Record{Denied: &d}) }
+
 // Restored records that a snapshot replaced the state.
 func (a *Log) Restored() error { return a.write(Record{Restored: true}) }
 
@@ -83,6 +103,8 @@ func (a *Log) write(rec Record) error {
 	if err != nil {
 		return err
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	_, err = a.f.Write(append(b, '\n'))
 	return err
 }

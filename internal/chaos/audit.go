@@ -52,7 +52,7 @@ func auditCheck(audits []nodeAudit) (grants map[uint64]serverGrant, expiries int
 	from := map[uint64]string{}
 	for _, a := range audits {
 		for _, rec := range a.records {
-			if rec.Restored {
+			if rec.Restored || rec.Denied != nil {
 				continue
 			}
 			prev, seen := byIndex[rec.Index]

@@ -468,6 +468,15 @@ func (n *Node) Leave(lease fsm.LeaseID, name string, seq uint64, ch chan uint64)
 func (n *Node) Deadline(id fsm.LeaseID) (time.Time, bool) { return n.lessor.deadline(id) }
 
 // ClusterID returns the id every raft message of this group carries.
+// AuditDenial writes a call the policy refused to the audit file, if there
+// is one.
+func (n *Node) AuditDenial(d audit.Denial) error {
+	if n.audit == nil {
+		return nil
+	}
+	return n.audit.Denied(d)
+}
+
 func (n *Node) ClusterID() uint64 { return n.clusterID }
 
 // RaftAddr returns the transport's address.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/audit"
 	"github.com/fencehq/fence/internal/policy"
 )
 
@@ -110,8 +112,13 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 		err = s.permit(p, id, method, req)
 	}
 	if err != nil {
-		s.metrics.AuthDenied.WithLabelValues(status.Code(err).String()).Inc()
-		s.log.Warn("call refused", "method", method, "identity", id, "caller", callerAddr(ctx), "err", status.Convert(err).Message())
+		st := status.Convert(err)
+		s.metrics.AuthDenied.WithLabelValues(st.Code().String()).Inc()
+		s.log.Warn("call refused", "method", method, "identity", id, "caller", callerAddr(ctx), "err", st.Message())
+		if aerr := s.node.AuditDenial(audit.Denial{At: time.Now().UTC(), Method: method, Identity: id, Caller: callerAddr(ctx),
+			Code: st.Code().String(), Reason: st.Message()}); aerr != nil {
+			s.log.Error("audit file: the refusal was not recorded", "err", aerr)
+		}
 		return nil, err
 	}
 	return context.WithValue(ctx, identityKey{}, id), nil

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/audit"
 	"github.com/fencehq/fence/internal/locktest"
 	"github.com/fencehq/fence/internal/pki"
 	"github.com/fencehq/fence/internal/policy"
@@ -41,15 +43,17 @@ type policyCluster struct {
 	addr   string
 	srv    *server.Server
 	policy string // the file
+	audit  string // the audit file
 }
 
 func startWithPolicy(t *testing.T, doc string) *policyCluster {
 	t.Helper()
-	pc := &policyCluster{t: t, certs: locktest.NewCerts(t), policy: filepath.Join(t.TempDir(), "policy.yaml")}
+	dir := t.TempDir()
+	pc := &policyCluster{t: t, certs: locktest.NewCerts(t), policy: filepath.Join(dir, "policy.yaml"), audit: filepath.Join(dir, "audit.jsonl")}
 	if err := os.WriteFile(pc.policy, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pc.srv = locktest.Start(t, pc.certs.Serve, func(c *server.Config) { c.PolicyFile = pc.policy })
+	pc.srv = locktest.Start(t, pc.certs.Serve, func(c *server.Config) { c.PolicyFile, c.AuditFile = pc.policy, pc.audit })
 	pc.addr = pc.srv.GRPCAddr()
 	return pc
 }
@@ -151,6 +155,31 @@ func TestPolicyGrantsByIdentityAndPrefix(t *testing.T) {
 	// A certificate the policy does not name may do nothing.
 	_, err = pc.as("mallory").Lock(ctx, "a/job")
 	wantCode(t, "an unnamed identity", err, codes.PermissionDenied, "")
+
+	// Each refusal is in the audit file with the caller.
+	b, err := os.ReadFile(pc.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied []audit.Denial
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec audit.Record
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Denied != nil {
+			denied = append(denied, *rec.Denied)
+		}
+	}
+	found := false
+	for _, d := range denied {
+		if d.Identity == "alice" && strings.HasSuffix(d.Method, "/Acquire") && d.Code == "PermissionDenied" && strings.HasPrefix(d.Caller, "127.0.0.1:") && strings.Contains(d.Reason, "b/job") {
+			found = true
+		}
+	}
+	if !found || len(denied) < 5 {
+		t.Errorf("audit file denials %+v: want alice's Acquire of b/job among ≥5", denied)
+	}
 }
 
 func TestPolicyTokensIdentifyClientsWithoutACertificate(t *testing.T) {
