@@ -555,6 +555,6 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 	return map[string]string{"authorization": "Bearer " + string(t)}, nil
 }
 
-// RequireTransportSecurity is false so that a test against an --insecure
-// server works; WithToken's doc says to use TLS.
-func (bearerToken) RequireTransportSecurity() bool { return false }
+// RequireTransportSecurity is true: a token never travels in plaintext
+// (Dial with WithInsecure and WithToken fails on the first call).
+func (bearerToken) RequireTransportSecurity() bool { return true }

@@ -177,7 +177,7 @@ func (o *options) transportTLS() (*tls.Config, error) {
 // WithToken sends token ("authorization: Bearer <token>") with every call:
 // the identity of a client without a certificate, under a server's policy
 // (--policy-file names the token's SHA-256; 'fence policy hash-token'
-// computes it). Send it only over TLS.
+// computes it). It is sent only over TLS.
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
 
 // WithDialOptions passes options to grpc.NewClient (TLS credentials, interceptors).

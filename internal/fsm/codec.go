@@ -10,19 +10,25 @@ import (
 // Log entry format: one raft entry holds a batch of commands, so that many
 // client calls share one disk write and one consensus round.
 //
-//	entry   = version(1 byte = 2) count(uvarint) command*
+//	entry   = version(1 byte = 3) count(uvarint) command*
 //	command = kind(1 byte) then the kind's fields, in Command field order:
 //	          RequestID, Lease: 16 bytes; Seq, Ack: uvarint; Open: uvarint count + uvarints;
 //	          TTL, LockDelay, Elapsed: uvarint nanoseconds;
-//	          Owner, Name, Value: uvarint length + bytes; Wait: 1 byte (0|1);
+//	          Owner, Identity, Name, Value: uvarint length + bytes; Wait: 1 byte (0|1);
 //	          Token, Renewals: uvarint; Addr: uvarint length + bytes.
 //
 // Decoding is strict: unknown versions or kinds, truncation, trailing bytes,
 // non-canonical booleans and invalid fields are errors, so that
-// Decode(Encode(cmds)) == cmds and garbage never reaches Apply. Version 1
-// (fence before call numbers) is refused with ErrOldFormat: its commands
-// would mean something else under today's rules.
-const entryVersion = 2
+// Decode(Encode(cmds)) == cmds and garbage never reaches Apply. Version 2 is
+// version 3 without Identity: an entry none of whose commands has an
+// identity is written as version 2, so a cluster without a policy writes
+// nothing a fence from before identities cannot read. Version 1 (fence
+// before call numbers) is refused with ErrOldFormat: its commands would mean
+// something else under today's rules.
+const (
+	entryVersion       = 3
+	oldestEntryVersion = 2
+)
 
 // ErrOldFormat is wrapped by the errors for log entries and snapshots
 // written by an earlier fence in a format this one does not read.
@@ -37,10 +43,16 @@ var ErrCorrupt = errors.New("corrupt entry")
 
 // EncodeBatch appends the entry for cmds to dst. Commands must be valid.
 func EncodeBatch(dst []byte, cmds []Command) []byte {
-	dst = append(dst, entryVersion)
+	version := byte(oldestEntryVersion)
+	for i := range cmds {
+		if cmds[i].Identity != "" {
+			version = entryVersion
+		}
+	}
+	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(cmds)))
 	for i := range cmds {
-		dst = appendCommand(dst, &cmds[i])
+		dst = appendCommand(dst, &cmds[i], version)
 	}
 	return dst
 }
@@ -48,11 +60,12 @@ func EncodeBatch(dst []byte, cmds []Command) []byte {
 // DecodeBatch parses an entry made by EncodeBatch and validates every command.
 func DecodeBatch(b []byte) ([]Command, error) {
 	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != entryVersion {
-		if v < entryVersion {
-			return nil, fmt.Errorf("%w: log entry format %d (this fence reads %d)", ErrOldFormat, v, entryVersion)
+	d.version = d.byte()
+	if v := d.version; d.err == nil && (v < oldestEntryVersion || v > entryVersion) {
+		if v < oldestEntryVersion {
+			return nil, fmt.Errorf("%w: log entry format %d (this fence reads %d…%d)", ErrOldFormat, v, oldestEntryVersion, entryVersion)
 		}
-		return nil, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, entryVersion)
+		return nil, fmt.Errorf("%w: version %d, want %d…%d", ErrCorrupt, v, oldestEntryVersion, entryVersion)
 	}
 	n := d.uvarint()
 	if d.err == nil && (n > maxBatch || n > uint64(len(d.b))) { // every command takes ≥ 1 byte
@@ -78,7 +91,7 @@ func DecodeBatch(b []byte) ([]Command, error) {
 	return cmds, nil
 }
 
-func appendCommand(dst []byte, c *Command) []byte {
+func appendCommand(dst []byte, c *Command, version byte) []byte {
 	f := fieldsOf(c.Kind)
 	dst = append(dst, byte(c.Kind))
 	if f&fRequest != 0 {
@@ -104,6 +117,9 @@ func appendCommand(dst []byte, c *Command) []byte {
 	}
 	if f&fOwner != 0 {
 		dst = appendString(dst, c.Owner)
+	}
+	if f&fIdentity != 0 && version >= 3 {
+		dst = appendString(dst, c.Identity)
 	}
 	if f&fName != 0 {
 		dst = appendString(dst, c.Name)
@@ -167,6 +183,9 @@ func (d *decoder) command(c *Command) {
 	if f&fOwner != 0 {
 		c.Owner = d.string(MaxOwnerLen)
 	}
+	if f&fIdentity != 0 && d.version >= 3 {
+		c.Identity = d.string(MaxNameLen)
+	}
 	if f&fName != 0 {
 		c.Name = d.string(MaxNameLen)
 	}
@@ -209,8 +228,9 @@ func appendBool(dst []byte, v bool) []byte {
 
 // decoder reads from b; the first error sticks and later reads return zero.
 type decoder struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version byte // of the entry or snapshot being decoded
 }
 
 func (d *decoder) fail(format string, args ...any) {

@@ -22,7 +22,7 @@ func TestEncodeBatchBytes(t *testing.T) {
 		{Kind: KindTick, Elapsed: 100 * time.Millisecond},
 	}
 	want := cat(
-		[]byte{2, 2},                                            // version 2, two commands
+		[]byte{2, 2},                                            // version 2 (no identity), two commands
 		[]byte{5}, []byte{7}, rep(0, 15), []byte{9}, rep(0, 15), // acquire, request id, lease
 		[]byte{0xac, 0x02, 2, 0},           // seq 300, ack 2, no open calls
 		[]byte{2, 'a', 'b', 1, 5},          // name, wait, lock-delay 5ns
@@ -84,7 +84,7 @@ func TestDecodeBatchRefuses(t *testing.T) {
 		b    []byte
 	}{
 		{"empty", nil},
-		{"newer version", []byte{3, 0}},
+		{"newer version", []byte{4, 0}},
 		{"count missing", []byte{2}},
 		{"count above the bytes left", []byte{2, 2, 10, 0}},
 		// 2^62 commands: refused before the decoder sizes a slice for them
@@ -121,5 +121,45 @@ func TestDecodeBatchOldFormat(t *testing.T) {
 		if _, err := DecodeBatch(b); !errors.Is(err, ErrOldFormat) || errors.Is(err, ErrCorrupt) {
 			t.Fatalf("version %d: %v, want ErrOldFormat", b[0], err)
 		}
+	}
+}
+
+// A lease's identity is in version 3 entries; a version-2 CreateLease (from
+// before identities) is read with none, and the identity of a retry must be
+// its creator's.
+func TestCreateLeaseIdentity(t *testing.T) {
+	c := Command{Kind: KindCreateLease, RequestID: RequestID{1}, Lease: LeaseID{2}, TTL: time.Second, Owner: "o", Identity: "alice"}
+	enc := EncodeBatch(nil, []Command{c})
+	back, err := DecodeBatch(enc)
+	if err != nil || len(back) != 1 || back[0].Identity != "alice" || enc[0] != 3 {
+		t.Fatalf("round trip: %+v %v (version %d, want 3)", back, err, enc[0])
+	}
+	v2 := cat([]byte{2, 1, 1}, []byte{1}, rep(0, 15), []byte{2}, rep(0, 15), []byte{0x80, 0x94, 0xeb, 0xdc, 0x03, 1, 'o'})
+	back, err = DecodeBatch(v2)
+	if err != nil || len(back) != 1 || back[0].Identity != "" || back[0].Owner != "o" || back[0].TTL != time.Second {
+		t.Fatalf("version 2: %+v %v", back, err)
+	}
+	if again := EncodeBatch(nil, back); !bytes.Equal(again, v2) {
+		t.Fatalf("a lease without an identity is not written as version 2: %x", again)
+	}
+	s := New()
+	if r := s.Apply(&c); r.Code != OK {
+		t.Fatal(r)
+	}
+	retry := c
+	retry.Identity = "mallory"
+	if r := s.Apply(&retry); r.Code != Invalid || r.Lease != (LeaseID{}) {
+		t.Fatalf("another identity's retry of the request: %+v", r)
+	}
+	if r := s.Apply(&c); r.Code != OK || r.Lease != c.Lease {
+		t.Fatalf("the creator's retry: %+v", r)
+	}
+	if l, _ := s.Lease(c.Lease); l.Identity != "alice" {
+		t.Fatalf("lease identity %q", l.Identity)
+	}
+	bad := c
+	bad.Identity = "a\x00b"
+	if err := bad.Validate(); err == nil {
+		t.Fatal("an identity with a control character is valid")
 	}
 }

@@ -32,7 +32,8 @@ type Kind uint8
 
 // The commands. Values are part of the log format: never renumber.
 const (
-	// KindCreateLease starts a lease. Fields: RequestID, Lease, TTL, Owner.
+	// KindCreateLease starts a lease. Fields: RequestID, Lease, TTL, Owner,
+	// Identity.
 	KindCreateLease Kind = 1
 	// KindRenew renews a lease. Fields: Lease.
 	KindRenew Kind = 2
@@ -100,9 +101,13 @@ type Command struct {
 	// Open: the calls numbered between Ack and Seq (exclusive) whose answers
 	// the client has not received, in order; every other call below Seq it
 	// has answers for (acknowledged the same way).
-	Open      []uint64
-	TTL       time.Duration // CreateLease
-	Owner     string        // CreateLease
+	Open  []uint64
+	TTL   time.Duration // CreateLease
+	Owner string        // CreateLease
+	// Identity is who created the lease under the server's policy (a
+	// certificate's common name, a token's name; "" without a policy):
+	// only that identity may use the lease. CreateLease.
+	Identity  string
 	Name      string        // lock name; the key for Put
 	Wait      bool          // Acquire
 	LockDelay time.Duration // Acquire

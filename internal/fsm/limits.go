@@ -99,7 +99,12 @@ func (c *Command) Validate() error {
 		if c.TTL < MinTTL || c.TTL > MaxTTL {
 			return fmt.Errorf("%w: ttl %v is outside %v…%v", ErrInvalid, c.TTL, MinTTL, MaxTTL)
 		}
-		return ValidOwner(c.Owner)
+		if err := ValidOwner(c.Owner); err != nil {
+			return err
+		}
+		if c.Identity != "" {
+			return ValidName("identity", c.Identity)
+		}
 	case KindAcquire:
 		if c.LockDelay < 0 || c.LockDelay > MaxLockDelay {
 			return fmt.Errorf("%w: lock-delay %v is outside 0…%v", ErrInvalid, c.LockDelay, MaxLockDelay)
@@ -162,12 +167,13 @@ const (
 	fSeq
 	fAck
 	fOpen
+	fIdentity
 )
 
 func fieldsOf(k Kind) uint16 {
 	switch k {
 	case KindCreateLease:
-		return fRequest | fLease | fTTL | fOwner
+		return fRequest | fLease | fTTL | fOwner | fIdentity
 	case KindRenew:
 		return fLease
 	case KindRevoke:
@@ -217,5 +223,6 @@ func (c *Command) fields() uint16 {
 	set(fSeq, c.Seq != 0)
 	set(fAck, c.Ack != 0)
 	set(fOpen, len(c.Open) != 0)
+	set(fIdentity, c.Identity != "")
 	return f
 }

@@ -89,7 +89,8 @@ func genCommand(t *rapid.T) Command {
 		return Command{Kind: k, Name: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "node"),
 			Addr: rapid.SampledFrom([]string{"127.0.0.1:7300", "127.0.0.1:7310"}).Draw(t, "addr")}
 	case KindCreateLease:
-		return Command{Kind: k, RequestID: rq, Lease: lease, TTL: time.Second}
+		return Command{Kind: k, RequestID: rq, Lease: lease, TTL: time.Second,
+			Identity: rapid.SampledFrom([]string{"", "alice", "bob"}).Draw(t, "identity")}
 	case KindRenew:
 		return Command{Kind: k, Lease: lease}
 	case KindRevoke:

@@ -22,12 +22,24 @@ import (
 //
 // The indexes derived from locks (lease.holds, lease.waits) and the
 // CreateLease dedup map are rebuilt by Unmarshal, not stored.
-// Version 2 (fence before call numbers) is refused with ErrOldFormat.
-const snapshotVersion = 3
+// Version 3 is version 4 without lease identities: a state none of whose
+// leases has an identity is written as version 3, which a fence from before
+// identities reads. Version 2 (fence before call numbers) is refused with
+// ErrOldFormat.
+const (
+	snapshotVersion       = 4
+	oldestSnapshotVersion = 3
+)
 
 // Marshal appends the canonical encoding of the whole state to dst.
 func (s *State) Marshal(dst []byte) []byte {
-	dst = append(dst, snapshotVersion)
+	version := byte(oldestSnapshotVersion)
+	for _, l := range s.leases {
+		if l.identity != "" {
+			version = snapshotVersion
+		}
+	}
+	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, s.token)
 	dst = binary.AppendUvarint(dst, uint64(s.clock))
 	dst = binary.AppendUvarint(dst, s.leaseSeq)
@@ -40,6 +52,9 @@ func (s *State) Marshal(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, l.number)
 		dst = binary.AppendUvarint(dst, uint64(l.ttl))
 		dst = appendString(dst, l.owner)
+		if version >= 4 {
+			dst = appendString(dst, l.identity)
+		}
 		dst = append(dst, l.createReq[:]...)
 		dst = binary.AppendUvarint(dst, l.renewals)
 		dst = binary.AppendUvarint(dst, uint64(l.renewedAt))
@@ -99,11 +114,12 @@ func (s *State) Marshal(dst []byte) []byte {
 // holder, tokens never exceed the counter) and refuses it otherwise.
 func Unmarshal(b []byte) (*State, error) {
 	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != snapshotVersion {
-		if v < snapshotVersion {
-			return nil, fmt.Errorf("%w: snapshot format %d (this fence reads %d)", ErrOldFormat, v, snapshotVersion)
+	d.version = d.byte()
+	if v := d.version; d.err == nil && (v < oldestSnapshotVersion || v > snapshotVersion) {
+		if v < oldestSnapshotVersion {
+			return nil, fmt.Errorf("%w: snapshot format %d (this fence reads %d…%d)", ErrOldFormat, v, oldestSnapshotVersion, snapshotVersion)
 		}
-		return nil, fmt.Errorf("%w: snapshot version %d, want %d", ErrCorrupt, v, snapshotVersion)
+		return nil, fmt.Errorf("%w: snapshot version %d, want %d…%d", ErrCorrupt, v, oldestSnapshotVersion, snapshotVersion)
 	}
 	s := New()
 	s.token = d.uvarint()
@@ -120,6 +136,9 @@ func Unmarshal(b []byte) (*State, error) {
 		l.number = d.uvarint()
 		l.ttl = d.duration()
 		l.owner = d.string(MaxOwnerLen)
+		if d.version >= 4 {
+			l.identity = d.string(MaxNameLen)
+		}
 		d.fixed(l.createReq[:])
 		l.renewals = d.uvarint()
 		l.renewedAt = d.duration()
@@ -149,6 +168,8 @@ func Unmarshal(b []byte) (*State, error) {
 			d.fail("lease %v out of order", l.id)
 		case l.ttl < MinTTL || l.ttl > MaxTTL || ValidOwner(l.owner) != nil:
 			d.fail("lease %v has a bad ttl or owner", l.id)
+		case l.identity != "" && ValidName("identity", l.identity) != nil:
+			d.fail("lease %v has a bad identity", l.id)
 		case l.createReq.IsZero():
 			d.fail("lease %v has no create request id", l.id)
 		case l.number == 0 || l.number > s.leaseSeq || numbers[l.number]:
@@ -345,6 +366,7 @@ type LeaseView struct {
 	Number    uint64
 	TTL       time.Duration
 	Owner     string
+	Identity  string // who created it under the server's policy ("" without one)
 	Renewals  uint64
 	RenewedAt time.Duration // logical clock at creation or last renewal
 	Holds     []string
@@ -402,7 +424,7 @@ func (s *State) LeaseTimes(fn func(id LeaseID, ttl, renewedAt time.Duration, ren
 }
 
 func (l *lease) view() LeaseView {
-	return LeaseView{ID: l.id, Number: l.number, TTL: l.ttl, Owner: l.owner, Renewals: l.renewals,
+	return LeaseView{ID: l.id, Number: l.number, TTL: l.ttl, Owner: l.owner, Identity: l.identity, Renewals: l.renewals,
 		RenewedAt: l.renewedAt, Holds: slices.Clone(l.holds), Waits: slices.Clone(l.waits)}
 }
 
@@ -425,19 +447,24 @@ func (s *State) Lock(name string) (LockView, bool) {
 
 // Locks returns every lock, in name order.
 func (s *State) Locks() []LockView {
-	out, _ := s.LocksAfter("", len(s.locks))
+	out, _ := s.LocksAfter("", len(s.locks), nil)
 	return out
 }
 
-// LocksAfter returns up to limit locks whose names sort after after, in name
-// order, and whether more remain.
-func (s *State) LocksAfter(after string, limit int) (page []LockView, more bool) {
+// LocksAfter returns up to limit locks whose names sort after after and
+// that keep admits (nil: all), in name order, and whether more such locks
+// remain: what a caller who may see only keep's names learns depends on
+// those names alone.
+func (s *State) LocksAfter(after string, limit int, keep func(name string) bool) (page []LockView, more bool) {
 	names := slices.Sorted(maps.Keys(s.locks))
 	i, found := slices.BinarySearch(names, after)
 	if found {
 		i++
 	}
 	names = names[i:]
+	if keep != nil {
+		names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !keep(n) })
+	}
 	if len(names) > limit {
 		names, more = names[:limit], true
 	}

@@ -19,6 +19,7 @@ type snapLease struct {
 	number    uint64
 	ttl       time.Duration
 	owner     string
+	identity  string // version 4 on
 	createReq RequestID
 	renewals  uint64
 	renewedAt time.Duration
@@ -71,6 +72,9 @@ func (s snap) bytes() []byte {
 		b = putUvarint(b, l.number)
 		b = putUvarint(b, uint64(l.ttl))
 		b = putString(b, l.owner)
+		if s.version >= 4 {
+			b = putString(b, l.identity)
+		}
 		b = append(b, l.createReq[:]...)
 		b = putUvarint(b, l.renewals)
 		b = putUvarint(b, uint64(l.renewedAt))
@@ -128,9 +132,9 @@ func (s snap) bytes() []byte {
 //	lease 2 (#2): holds "b" (token 4, call 1), one release answered (call 2)
 func baseSnap() snap {
 	return snap{
-		version: 3, token: 5, clock: 10 * time.Second, leaseSeq: 2,
+		version: 4, token: 5, clock: 10 * time.Second, leaseSeq: 2,
 		leases: []snapLease{
-			{id: LeaseID{1}, number: 1, ttl: 10 * time.Second, owner: "me", createReq: RequestID{1}, renewals: 2, renewedAt: 3 * time.Second, acked: 4,
+			{id: LeaseID{1}, number: 1, ttl: 10 * time.Second, owner: "me", identity: "alice", createReq: RequestID{1}, renewals: 2, renewedAt: 3 * time.Second, acked: 4,
 				calls: []call{{seq: 2, req: RequestID{10}, kind: KindAcquire, code: OK, token: 5}, {seq: 3, req: RequestID{11}, kind: KindAcquire, code: Queued}}},
 			{id: LeaseID{2}, number: 2, ttl: time.Second, createReq: RequestID{2}, acked: 3,
 				calls: []call{{seq: 1, req: RequestID{12}, kind: KindAcquire, code: OK, token: 4}, {seq: 2, req: RequestID{13}, kind: KindRelease, code: NotHolder}}},
@@ -258,7 +262,7 @@ func TestUnmarshalRefuses(t *testing.T) {
 		name string
 		edit func(*snap)
 	}{
-		{"newer version", func(s *snap) { s.version = 4 }},
+		{"newer version", func(s *snap) { s.version = 5 }},
 		{"trailing byte", func(s *snap) { s.trailing = []byte{0} }},
 		{"clock above 2^62", func(s *snap) { s.clock = 1<<62 + 1 }},
 		// leases
@@ -373,5 +377,28 @@ func TestUnmarshalCounts(t *testing.T) {
 		if _, err := Unmarshal(b); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%x: %v, want ErrCorrupt", b, err)
 		}
+	}
+}
+
+// A snapshot of version 3 (before lease identities) is read: its leases
+// have none, and it is written back as version 3.
+func TestUnmarshalVersion3(t *testing.T) {
+	s := baseSnap()
+	s.version = 3
+	st, err := Unmarshal(s.bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := st.Lease(LeaseID{1})
+	if !ok || l.Identity != "" || l.Owner != "me" {
+		t.Fatalf("lease 1 of a version-3 snapshot: %+v", l)
+	}
+	if !bytes.Equal(st.Marshal(nil), s.bytes()) {
+		t.Fatal("a state without identities is not written back as version 3")
+	}
+	four := baseSnap()
+	four.leases[0].identity = "bad\x01identity"
+	if _, err := Unmarshal(four.bytes()); err == nil {
+		t.Fatal("a lease identity with a control character was read")
 	}
 }

@@ -26,6 +26,7 @@ type lease struct {
 	number    uint64
 	ttl       time.Duration
 	owner     string
+	identity  string // who created it under the server's policy ("" without one)
 	createReq RequestID
 	renewals  uint64        // renewals committed so far
 	renewedAt time.Duration // logical clock at creation or last renewal
@@ -119,6 +120,11 @@ func (s *State) Apply(c *Command) Result {
 func (s *State) createLease(c *Command) Result {
 	if id, ok := s.created[c.RequestID]; ok {
 		l := s.leases[id]
+		if l.identity != c.Identity {
+			// A retry answers only its own creator: another identity that
+			// learnt the request id gets nothing of the lease.
+			return Result{Code: Invalid, Reason: "the request id created another identity's lease"}
+		}
 		return Result{Code: OK, Lease: l.id, LeaseNumber: l.number, TTL: l.ttl}
 	}
 	if _, ok := s.leases[c.Lease]; ok {
@@ -127,7 +133,7 @@ func (s *State) createLease(c *Command) Result {
 		return Result{Code: Invalid, Reason: "lease id already in use"}
 	}
 	s.leaseSeq++
-	l := &lease{id: c.Lease, number: s.leaseSeq, ttl: c.TTL, owner: c.Owner,
+	l := &lease{id: c.Lease, number: s.leaseSeq, ttl: c.TTL, owner: c.Owner, identity: c.Identity,
 		createReq: c.RequestID, renewedAt: s.clock}
 	s.leases[l.id] = l
 	s.created[c.RequestID] = l.id

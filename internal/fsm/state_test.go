@@ -381,7 +381,7 @@ func TestLocksAfter(t *testing.T) {
 		{"", 2, "ab", true}, {"b", 2, "cd", true}, {"d", 2, "e", false}, {"bb", 10, "cde", false},
 		{"e", 2, "", false}, {"", 5, "abcde", false}, {"", 0, "", true},
 	} {
-		page, more := s.LocksAfter(tt.after, tt.limit)
+		page, more := s.LocksAfter(tt.after, tt.limit, nil)
 		if names(page) != tt.want || more != tt.more {
 			t.Errorf("LocksAfter(%q, %d) = %q, %v; want %q, %v", tt.after, tt.limit, names(page), more, tt.want, tt.more)
 		}

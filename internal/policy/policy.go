@@ -97,6 +97,9 @@ func Parse(data []byte) (*Policy, error) {
 		}
 		return nil, fmt.Errorf("policy: %v", err)
 	}
+	if err := dec.Decode(new(any)); !errors.Is(err, io.EOF) {
+		return nil, errors.New("policy: the file holds more than one YAML document (a '---' line?): put every identity in one")
+	}
 	p := &Policy{grants: map[string][]grant{}, tokens: map[[32]byte]string{}}
 	var errs []error
 	seen := map[string]bool{}
@@ -152,6 +155,8 @@ func Parse(data []byte) (*Policy, error) {
 			switch {
 			case err != nil || len(sum) != sha256.Size:
 				bad(i, e, "token_sha256 is not 64 hex digits (make it with 'fence policy hash-token')")
+			case [32]byte(sum) == sha256.Sum256(nil):
+				bad(i, e, "token_sha256 is the hash of an empty token (an empty token file?): anyone could send it")
 			case p.tokens[[32]byte(sum)] != "":
 				bad(i, e, "the same token as %q", p.tokens[[32]byte(sum)])
 			default:
@@ -215,8 +220,12 @@ func (p *Policy) Prefixes(identity string, right Right) []string {
 	return out
 }
 
-// TokenIdentity returns the identity whose bearer token is token.
+// TokenIdentity returns the identity whose bearer token is token (never
+// for an empty one).
 func (p *Policy) TokenIdentity(token string) (string, bool) {
+	if token == "" {
+		return "", false
+	}
 	name, ok := p.tokens[sha256.Sum256([]byte(token))]
 	return name, ok
 }

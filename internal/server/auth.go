@@ -30,6 +30,10 @@ type need struct {
 func named[R interface{ GetName() string }](req any) string { return req.(R).GetName() }
 func keyed[R interface{ GetKey() string }](req any) string  { return req.(R).GetKey() }
 
+// cluster is the name of calls on the whole cluster (membership,
+// leadership): only a grant on the prefix "" covers it.
+func cluster(any) string { return "" }
+
 // needs lists every method of the Fence service; a method missing here is
 // refused under a policy (TestEveryMethodHasANeed keeps it complete).
 var needs = map[string]need{
@@ -44,29 +48,36 @@ var needs = map[string]need{
 	api.Fence_Get_FullMethodName:            {policy.Read, keyed[*api.GetRequest]},
 	api.Fence_Members_FullMethodName:        {policy.Read, nil},
 	api.Fence_ForceRelease_FullMethodName:   {policy.Admin, named[*api.ForceReleaseRequest]},
-	api.Fence_AddMember_FullMethodName:      {policy.Admin, nil},
-	api.Fence_RemoveMember_FullMethodName:   {policy.Admin, nil},
-	api.Fence_TransferLeader_FullMethodName: {policy.Admin, nil},
+	api.Fence_AddMember_FullMethodName:      {policy.Admin, cluster},
+	api.Fence_RemoveMember_FullMethodName:   {policy.Admin, cluster},
+	api.Fence_TransferLeader_FullMethodName: {policy.Admin, cluster},
 }
 
-// identityKey carries the caller's identity in a call's context (policy in
-// force only).
-type identityKey struct{}
-
-// callerIdentity is the identity authorize found for the call ("" with no
-// policy in force).
-func callerIdentity(ctx context.Context) string {
-	id, _ := ctx.Value(identityKey{}).(string)
-	return id
+// caller is who makes a call, as authorize found it (policy in force only;
+// the zero caller otherwise).
+type caller struct {
+	identity string
+	admin    bool // the admin token: every right
 }
 
-// bearers are the call's "authorization: Bearer <token>" values (a client
-// may send its identity's token and, on an admin call, the admin token).
+type callerKey struct{}
+
+// callerOf is the caller authorize put in the call's context.
+func callerOf(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}
+
+// bearers are the call's "authorization: Bearer <token>" tokens (a client
+// may send its identity's token and, on an admin call, the admin token);
+// values without the "Bearer " scheme, or empty, are no tokens.
 func bearers(ctx context.Context) []string {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var out []string
 	for _, v := range md.Get(AdminHeader) {
-		out = append(out, strings.TrimPrefix(v, "Bearer "))
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && tok != "" {
+			out = append(out, tok)
+		}
 	}
 	return out
 }
@@ -112,16 +123,22 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 		err = s.permit(p, id, method, req)
 	}
 	if err != nil {
-		st := status.Convert(err)
-		s.metrics.AuthDenied.WithLabelValues(st.Code().String()).Inc()
-		s.log.Warn("call refused", "method", method, "identity", id, "caller", callerAddr(ctx), "err", st.Message())
-		if aerr := s.node.AuditDenial(audit.Denial{At: time.Now().UTC(), Method: method, Identity: id, Caller: callerAddr(ctx),
-			Code: st.Code().String(), Reason: st.Message()}); aerr != nil {
-			s.log.Error("audit file: the refusal was not recorded", "err", aerr)
-		}
-		return nil, err
+		return nil, s.refused(ctx, method, id, err)
 	}
-	return context.WithValue(ctx, identityKey{}, id), nil
+	return context.WithValue(ctx, callerKey{}, caller{identity: id, admin: admin}), nil
+}
+
+// refused reports a call the policy refuses — counted, logged and written
+// to the audit file with the caller — and returns err.
+func (s *Server) refused(ctx context.Context, method, id string, err error) error {
+	st := status.Convert(err)
+	s.metrics.AuthDenied.WithLabelValues(st.Code().String()).Inc()
+	s.log.Warn("call refused", "method", method, "identity", id, "caller", callerAddr(ctx), "err", st.Message())
+	if aerr := s.node.AuditDenial(audit.Denial{At: time.Now().UTC(), Method: method, Identity: id, Caller: callerAddr(ctx),
+		Code: st.Code().String(), Reason: st.Message()}); aerr != nil {
+		s.log.Error("audit file: the refusal was not recorded", "err", aerr)
+	}
+	return err
 }
 
 // permit checks one call of identity id against p.
@@ -131,13 +148,17 @@ func (s *Server) permit(p *policy.Policy, id, method string, req any) error {
 		return status.Errorf(codes.PermissionDenied, "%s: not a call the policy covers", method)
 	}
 	short := method[strings.LastIndex(method, "/")+1:]
-	if n.name == nil || req == nil {
+	if n.name == nil {
 		if !p.AllowsSome(id, n.right) {
 			return status.Errorf(codes.PermissionDenied, "%s: identity %q has no %s right under the policy", short, id, n.right)
 		}
 		return nil
 	}
 	name := n.name(req)
+	if name == "" && !p.Allows(id, n.right, "") {
+		return status.Errorf(codes.PermissionDenied, "%s acts on the whole cluster: identity %q needs the %s right on every name (the prefix \"\"); it has it under %s",
+			short, id, n.right, prefixList(p.Prefixes(id, n.right)))
+	}
 	if !p.Allows(id, n.right, name) {
 		return status.Errorf(codes.PermissionDenied, "%s %q: identity %q has the %s right only under %s", short, name, id, n.right, prefixList(p.Prefixes(id, n.right)))
 	}
@@ -179,6 +200,20 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 		return err
 	}
 	return handler(srv, &identifiedStream{ServerStream: ss, ctx: ctx})
+}
+
+// stillPermitted judges a message of a stream opened earlier (a renewal)
+// against the policy in force now: a reload that took the caller's rights
+// away stops its renewals, so its leases end within their TTL.
+func (s *Server) stillPermitted(ctx context.Context, method string) error {
+	p, c := s.policy.Load(), callerOf(ctx)
+	if p == nil || c.admin {
+		return nil
+	}
+	if err := s.permit(p, c.identity, method, nil); err != nil {
+		return s.refused(ctx, method, c.identity, err)
+	}
+	return nil
 }
 
 type identifiedStream struct {

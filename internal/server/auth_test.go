@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,8 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencehq/fence/api"
 
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/internal/audit"
@@ -237,8 +243,97 @@ func TestBadPolicyFileRefusesToStart(t *testing.T) {
 	path := filepath.Join(dir, "p.yaml")
 	os.WriteFile(path, []byte("identities:\n  - name: a\n    rights: [read]\n  - rights: [x]\n"), 0o600)
 	cfg := locktest.Config(filepath.Join(dir, "data"))
-	cfg.PolicyFile = path
+	cfg.PolicyFile, cfg.Insecure = path, false
 	if _, err := server.New(cfg); err == nil || !strings.Contains(err.Error(), "no prefixes") || !strings.Contains(err.Error(), "no name") {
 		t.Fatalf("start with a broken policy: %v", err)
 	}
 }
+
+// rawAs is a raw gRPC connection to pc: with identity's certificate, or
+// (identity "") with no certificate at all.
+func (pc *policyCluster) rawAs(identity string) api.FenceClient {
+	pc.t.Helper()
+	var cfg *tls.Config
+	var err error
+	if identity != "" {
+		cfg, err = pki.ClientTLS(pc.clientFiles(identity))
+	} else {
+		cfg, err = pki.ClientTLS(pc.certs.Client)
+		if cfg != nil {
+			cfg.Certificates = nil
+		}
+	}
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(pc.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	pc.t.Cleanup(func() { conn.Close() })
+	return api.NewFenceClient(conn)
+}
+
+// A lease is used only by the identity that created it: another identity
+// with the same rights, holding the lease's secret, can neither take,
+// release, renew nor revoke with it.
+func TestLeaseBelongsToItsCreator(t *testing.T) {
+	doc := strings.Replace(strings.Replace(testPolicy, "%s", policy.HashToken("cron-secret"), 1),
+		"  - name: reader", "  - name: bob\n    prefixes: [a/]\n    rights: [acquire, read]\n  - name: reader", 1)
+	pc := startWithPolicy(t, doc)
+	ctx := t.Context()
+	alice, bob := pc.rawAs("alice"), pc.rawAs("bob")
+	lease, err := alice.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: rid(1), Ttl: durationpb.New(10 * time.Second), Owner: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Acquire(ctx, &api.AcquireRequest{RequestId: rid(2), LeaseId: lease.LeaseId, Name: "a/shared", Seq: 1, Ack: 1}); err != nil {
+		t.Fatalf("alice acquiring with her lease: %v", err)
+	}
+	for name, call := range map[string]func() error{
+		"acquire": func() error {
+			_, err := bob.Acquire(ctx, &api.AcquireRequest{RequestId: rid(3), LeaseId: lease.LeaseId, Name: "a/other", Seq: 2, Ack: 1})
+			return err
+		},
+		"release": func() error {
+			_, err := bob.Release(ctx, &api.ReleaseRequest{RequestId: rid(4), LeaseId: lease.LeaseId, Name: "a/shared", Seq: 2, Ack: 1})
+			return err
+		},
+		"revoke": func() error {
+			_, err := bob.Revoke(ctx, &api.RevokeRequest{RequestId: rid(5), LeaseId: lease.LeaseId})
+			return err
+		},
+		"create with alice's request id": func() error {
+			_, err := bob.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: rid(1), Ttl: durationpb.New(10 * time.Second), Owner: "bob"})
+			return err
+		},
+		"renew": func() error {
+			ka, err := bob.KeepAlive(ctx)
+			if err != nil {
+				return err
+			}
+			if err := ka.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}); err != nil {
+				return err
+			}
+			resp, err := ka.Recv()
+			if err != nil {
+				return err
+			}
+			if resp.GetOk() {
+				return nil
+			}
+			return status.Error(codes.PermissionDenied, resp.GetError())
+		},
+	} {
+		err := call()
+		if err == nil || !strings.Contains(err.Error(), "another identity") {
+			t.Errorf("bob's %s with alice's lease: %v, want a refusal naming another identity", name, err)
+		}
+	}
+	st, err := alice.GetLock(ctx, &api.GetLockRequest{Name: "a/shared"})
+	if err != nil || st.GetLock().GetHolderLease() != lease.LeaseNumber {
+		t.Fatalf("alice's lock after bob's attempts: %+v %v", st, err)
+	}
+}
+
+func rid(n byte) []byte { return append(make([]byte, 15), n) }

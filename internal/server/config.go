@@ -208,6 +208,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("a Registerer that is not a Gatherer needs a Gatherer for /metrics"))
 	}
 	check(!c.Insecure || !c.TLS.Set(), "give either TLS files or insecure (plaintext), not both")
+	check(!c.Insecure || c.PolicyFile == "", "a policy needs TLS: its identities are certificates and bearer tokens, which plaintext cannot protect (drop --insecure)")
 	if c.TLS.Set() {
 		if err := c.TLS.Check(); err != nil {
 			errs = append(errs, err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -33,9 +34,16 @@ func (v *service) leading() error {
 }
 
 // apply validates nothing; it proposes cmd and maps outcomes to statuses.
+// A command on a lease (Acquire, Release, Revoke) must come from the
+// lease's own identity (under a policy).
 func (v *service) apply(ctx context.Context, cmd fsm.Command, accept ...fsm.Code) (fsm.Result, error) {
 	if err := v.leading(); err != nil {
 		return fsm.Result{}, err
+	}
+	if cmd.Kind != fsm.KindCreateLease && !cmd.Lease.IsZero() {
+		if err := v.ownLease(ctx, cmd.Lease); err != nil {
+			return fsm.Result{}, err
+		}
 	}
 	res, err := v.s.node.Propose(ctx, cmd)
 	if err != nil {
@@ -58,6 +66,7 @@ func (v *service) CreateLease(ctx context.Context, r *api.CreateLeaseRequest) (*
 		return nil, err
 	}
 	cmd.Lease = newRandom()
+	cmd.Identity = callerOf(ctx).identity // only this identity may use the lease
 	res, err := v.apply(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -205,10 +214,40 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 		if err := v.leading(); err != nil && !(planted.DeposedRenewal && v.s.node.HasLed()) { // planted: a deposed leader goes on (the node answers from memory)
 			return err
 		}
+		if err := v.s.stillPermitted(ctx, api.Fence_KeepAlive_FullMethodName); err != nil {
+			if err := enqueue(renewal{seq: req.GetSeq(), bad: err}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := v.ownLease(ctx, id); err != nil {
+			if err := enqueue(renewal{seq: req.GetSeq(), bad: err}); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := enqueue(renewal{lease: id, seq: req.GetSeq()}); err != nil {
 			return err
 		}
 	}
+}
+
+// ownLease refuses, under a policy, a call on a lease that another identity
+// created: a lease is used only by its creator, and with its secret. A
+// lease that does not live passes (the state machine answers NotFound).
+func (v *service) ownLease(ctx context.Context, id fsm.LeaseID) error {
+	if v.s.policy.Load() == nil {
+		return nil
+	}
+	var l fsm.LeaseView
+	var ok bool
+	v.s.node.View(func(s *fsm.State) { l, ok = s.Lease(id) })
+	if caller := callerOf(ctx).identity; ok && l.Identity != caller {
+		method, _ := grpc.Method(ctx)
+		return v.s.refused(ctx, method, caller, status.Errorf(codes.PermissionDenied,
+			"lease %d was created by another identity than %q: only its creator may use it", l.Number, caller))
+	}
+	return nil
 }
 
 // answerRound renews the leases of one round and sends the answers in
@@ -416,13 +455,14 @@ func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.
 		return nil, err
 	}
 	resp := &api.ListLocksResponse{}
-	pol, id := v.s.policy.Load(), callerIdentity(ctx)
+	var keep func(string) bool // under a policy, the caller's names only (more counts those alone)
+	if pol, c := v.s.policy.Load(), callerOf(ctx); pol != nil && !c.admin {
+		keep = func(name string) bool { return pol.Allows(c.identity, policy.Read, name) }
+	}
 	v.s.node.View(func(s *fsm.State) {
-		page, more := s.LocksAfter(r.GetAfter(), limit)
+		page, more := s.LocksAfter(r.GetAfter(), limit, keep)
 		for _, k := range page {
-			if pol == nil || pol.Allows(id, policy.Read, k.Name) { // a page may hold fewer: the caller's names only
-				resp.Locks = append(resp.Locks, v.lockInfo(k))
-			}
+			resp.Locks = append(resp.Locks, v.lockInfo(k))
 		}
 		resp.More = more
 	})
