@@ -134,7 +134,7 @@ func (s *Server) refused(ctx context.Context, method, id string, err error) erro
 	st := status.Convert(err)
 	s.metrics.AuthDenied.WithLabelValues(st.Code().String()).Inc()
 	s.log.Warn("call refused", "method", method, "identity", id, "caller", callerAddr(ctx), "err", st.Message())
-	if aerr := s.node.AuditDenial(audit.Denial{At: time.Now().UTC(), Method: method, Identity: id, Caller: callerAddr(ctx),
+	if aerr := s.node.AuditDenial(audit.Denial{At: time.Now(), Method: method, Identity: id, Caller: callerAddr(ctx),
 		Code: st.Code().String(), Reason: st.Message()}); aerr != nil {
 		s.log.Error("audit file: the refusal was not recorded", "err", aerr)
 	}
