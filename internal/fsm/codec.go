@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -84,6 +85,9 @@ func DecodeBatch(b []byte) ([]Command, error) {
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	if d.err == nil && d.version == entryVersion && !slices.ContainsFunc(cmds, func(c Command) bool { return c.Identity != "" }) {
+		d.err = fmt.Errorf("%w: a version-%d entry with no identity (such an entry is written as version %d)", ErrCorrupt, entryVersion, oldestEntryVersion)
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -12,6 +12,9 @@ import (
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add(EncodeBatch(nil, []Command{cmdCreate(1, 1), cmdAcquire(1, 2, "a", true)}))
 	f.Add(EncodeBatch(nil, []Command{{Kind: KindPut, RequestID: RequestID{1}, Name: "k", Value: []byte("v"), Token: 1}, {Kind: KindTick, Elapsed: time.Second}}))
+	withID := cmdCreate(3, 3)
+	withID.Identity = "alice"
+	f.Add(EncodeBatch(nil, []Command{withID, cmdCreate(4, 4)})) // version 3: a lease with an identity
 	f.Add([]byte{1, 1, 99})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -39,6 +42,10 @@ func FuzzUnmarshal(f *testing.F) {
 		s.Apply(&c)
 	}
 	f.Add(s.Marshal(nil))
+	withID := cmdCreate(3, 3)
+	withID.Identity = "alice"
+	s.Apply(&withID)
+	f.Add(s.Marshal(nil)) // version 4: a lease with an identity
 	f.Add(New().Marshal(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Unmarshal(b)

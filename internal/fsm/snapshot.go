@@ -127,6 +127,7 @@ func Unmarshal(b []byte) (*State, error) {
 	s.leaseSeq = d.uvarint()
 
 	var prevID LeaseID
+	identities := false               // some lease has one: version 4
 	numbers := map[uint64]bool{}      // lease numbers seen: each once
 	tokens := map[uint64]bool{}       // tokens of held or delayed locks: each once
 	waiting := map[waitingCall]bool{} // queued calls named by waiters: each once
@@ -183,6 +184,10 @@ func Unmarshal(b []byte) (*State, error) {
 		numbers[l.number] = true
 		s.leases[l.id] = l
 		s.created[l.createReq] = l.id
+		identities = identities || l.identity != ""
+	}
+	if d.err == nil && d.version == snapshotVersion && !identities {
+		d.fail("a version-%d snapshot with no lease identity (such a state is written as version %d)", snapshotVersion, oldestSnapshotVersion)
 	}
 
 	var lastName string
