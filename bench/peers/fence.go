@@ -32,11 +32,8 @@ func makeCA(dir string) (*pki.CA, error) {
 	if err := pki.SaveCA(dir, ca); err != nil {
 		return nil, err
 	}
-	is, err := ca.Issue(pki.Client, "peerbench", nil, 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	return ca, pki.SaveIssued(dir, "client", is)
+	_, err = ca.IssueFiles(dir, filepath.Join(dir, pki.CACertFile), pki.Client, "client", nil, 24*time.Hour)
+	return ca, err
 }
 
 // BuildFence builds cmd/fence into dir, inside fence's own module (the one
@@ -114,16 +111,12 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration, tls boo
 			"--lock-delay", "0", "--log-level", "warn", "--pprof"}
 		switch {
 		case tls:
-			is, err := ca.Issue(pki.Node, id, []string{"127.0.0.1"}, 24*time.Hour)
-			if err == nil {
-				err = pki.SaveIssued(certs, id, is)
-			}
+			nf, err := ca.IssueFiles(certs, filepath.Join(certs, pki.CACertFile), pki.Node, id, []string{"127.0.0.1"}, 24*time.Hour)
 			if err != nil {
 				f.Stop()
 				return nil, err
 			}
-			args = append(args, "--tls-ca", filepath.Join(certs, pki.CACertFile),
-				"--tls-cert", filepath.Join(certs, id+".crt"), "--tls-key", filepath.Join(certs, id+".key"))
+			args = append(args, "--tls-ca", nf.CA, "--tls-cert", nf.Cert, "--tls-key", nf.Key)
 		case hasTLS:
 			args = append(args, "--insecure")
 		}

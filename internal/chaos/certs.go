@@ -3,7 +3,6 @@ package chaos
 import (
 	"crypto/tls"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -42,14 +41,7 @@ func (c *certs) node(id, host string) (pki.Files, error) {
 }
 
 func (c *certs) issue(kind pki.Kind, name string, hosts []string) (pki.Files, error) {
-	is, err := c.ca.Issue(kind, name, hosts, 24*time.Hour)
-	if err != nil {
-		return pki.Files{}, err
-	}
-	if err := pki.SaveIssued(c.dir, name, is); err != nil {
-		return pki.Files{}, err
-	}
-	return pki.Files{CA: c.client.CA, Cert: filepath.Join(c.dir, name+".crt"), Key: filepath.Join(c.dir, name+".key")}, nil
+	return c.ca.IssueFiles(c.dir, c.client.CA, kind, name, hosts, 24*time.Hour)
 }
 
 // clientCreds are the gRPC credentials of the client certificate.

@@ -32,8 +32,7 @@ func NewCerts(t testing.TB) *Certs {
 		t.Fatal(err)
 	}
 	c := &Certs{Dir: dir, CA: ca, t: t}
-	c.issue(pki.Client, "client")
-	c.Client = pki.ClientFiles(dir)
+	c.Client = c.issueIn(dir, pki.Client, "client", time.Hour)
 	c.Node = c.NodeFiles(server.DefaultConfig().NodeID)
 	return c
 }
@@ -42,20 +41,25 @@ func NewCerts(t testing.TB) *Certs {
 func (c *Certs) NodeFiles(id string) pki.Files {
 	f := pki.Files{CA: c.Client.CA, Cert: filepath.Join(c.Dir, id+".crt"), Key: filepath.Join(c.Dir, id+".key")}
 	if _, err := os.Stat(f.Cert); err != nil {
-		c.issue(pki.Node, id)
+		f = c.issueIn(c.Dir, pki.Node, id, time.Hour)
 	}
 	return f
 }
 
-func (c *Certs) issue(kind pki.Kind, name string) {
+// Issue makes a certificate of kind for name (valid for 127.0.0.1 and
+// localhost, for validity) in a temp dir of its own.
+func (c *Certs) Issue(kind pki.Kind, name string, validity time.Duration) pki.Files {
 	c.t.Helper()
-	is, err := c.CA.Issue(kind, name, []string{"127.0.0.1", "localhost"}, time.Hour)
+	return c.issueIn(c.t.TempDir(), kind, name, validity)
+}
+
+func (c *Certs) issueIn(dir string, kind pki.Kind, name string, validity time.Duration) pki.Files {
+	c.t.Helper()
+	f, err := c.CA.IssueFiles(dir, filepath.Join(c.Dir, pki.CACertFile), kind, name, []string{"127.0.0.1", "localhost"}, validity)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if err := pki.SaveIssued(c.Dir, name, is); err != nil {
-		c.t.Fatal(err)
-	}
+	return f
 }
 
 // Serve makes cfg serve TLS with the certificate of its node id (a mutate

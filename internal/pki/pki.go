@@ -252,6 +252,20 @@ func SaveIssued(dir, base string, is *Issued) error {
 	return writeNew(filepath.Join(dir, base+".crt"), is.CertPEM, 0o644)
 }
 
+// IssueFiles issues a certificate (Issue), saves it into dir as name.crt
+// and name.key (SaveIssued), and returns its Files, with caFile as the CA
+// the other side is checked against.
+func (ca *CA) IssueFiles(dir, caFile string, kind Kind, name string, hosts []string, validity time.Duration) (Files, error) {
+	is, err := ca.Issue(kind, name, hosts, validity)
+	if err != nil {
+		return Files{}, err
+	}
+	if err := SaveIssued(dir, name, is); err != nil {
+		return Files{}, err
+	}
+	return Files{CA: caFile, Cert: filepath.Join(dir, name+".crt"), Key: filepath.Join(dir, name+".key")}, nil
+}
+
 // writeNew creates path with data, or fails if it exists.
 func writeNew(path string, data []byte, perm os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)

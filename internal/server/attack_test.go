@@ -59,15 +59,11 @@ func TestAttackSuite(t *testing.T) {
 	defer cancel()
 
 	issue := func(kind pki.Kind, ca *pki.CA, name string, validity time.Duration) pki.Files {
-		is, err := ca.Issue(kind, name, []string{"127.0.0.1"}, validity)
+		f, err := ca.IssueFiles(t.TempDir(), certs.Client.CA, kind, name, []string{"127.0.0.1"}, validity)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
-		if err := pki.SaveIssued(dir, "c", is); err != nil {
-			t.Fatal(err)
-		}
-		return pki.Files{CA: certs.Client.CA, Cert: filepath.Join(dir, "c.crt"), Key: filepath.Join(dir, "c.key")}
+		return f
 	}
 	// tlsWith trusts the cluster's CA and presents f's certificate (none: zero Files).
 	tlsWith := func(f pki.Files) *tls.Config {

@@ -67,15 +67,7 @@ func startWithPolicy(t *testing.T, doc string) *policyCluster {
 // clientFiles issues a client certificate for identity.
 func (pc *policyCluster) clientFiles(identity string) pki.Files {
 	pc.t.Helper()
-	is, err := pc.certs.CA.Issue(pki.Client, identity, nil, time.Hour)
-	if err != nil {
-		pc.t.Fatal(err)
-	}
-	dir := pc.t.TempDir()
-	if err := pki.SaveIssued(dir, "c", is); err != nil {
-		pc.t.Fatal(err)
-	}
-	return pki.Files{CA: pc.certs.Client.CA, Cert: filepath.Join(dir, "c.crt"), Key: filepath.Join(dir, "c.key")}
+	return pc.certs.Issue(pki.Client, identity, time.Hour)
 }
 
 func (pc *policyCluster) dial(opts ...client.Option) *client.Client {

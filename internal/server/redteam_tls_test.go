@@ -85,15 +85,7 @@ func TestRedteamTLSRaftPortTakesAClientCertificate(t *testing.T) {
 	c := locktest.NewCluster(t, 3, certs.Serve)
 	target := c.Nodes[0]
 	// a client certificate of the CA, named like member n2
-	is, err := certs.CA.Issue(pki.Client, "n2", nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := pki.SaveIssued(dir, "n2client", is); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pki.ClientTLS(pki.Files{CA: certs.Client.CA, Cert: filepath.Join(dir, "n2client.crt"), Key: filepath.Join(dir, "n2client.key")})
+	cfg, err := pki.ClientTLS(certs.Issue(pki.Client, "n2", time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -356,18 +356,10 @@ func TestRotationUnderLoadLosesNoLease(t *testing.T) {
 	certs := locktest.NewCerts(t)
 	srv := locktest.Start(t, certs.Serve)
 	newClient := func(name string) *client.Client {
-		is, err := certs.CA.Issue(pki.Client, name, nil, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		if err := pki.SaveIssued(dir, "c", is); err != nil {
-			t.Fatal(err)
-		}
+		f := certs.Issue(pki.Client, name, time.Hour)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c, err := client.Dial(ctx, []string{srv.GRPCAddr()}, client.WithTTL(2*time.Second),
-			client.WithTLSFiles(certs.Client.CA, filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")))
+		c, err := client.Dial(ctx, []string{srv.GRPCAddr()}, client.WithTTL(2*time.Second), client.WithTLSFiles(f.CA, f.Cert, f.Key))
 		if err != nil {
 			t.Fatal(err)
 		}

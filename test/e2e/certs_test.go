@@ -38,10 +38,7 @@ func theCA(t testing.TB) *pki.CA {
 		if caErr = pki.SaveCA(caDir, testCA); caErr != nil {
 			return
 		}
-		var is *pki.Issued
-		if is, caErr = testCA.Issue(pki.Client, "e2e", nil, 12*time.Hour); caErr == nil {
-			caErr = pki.SaveIssued(caDir, "client", is)
-		}
+		_, caErr = testCA.IssueFiles(caDir, filepath.Join(caDir, pki.CACertFile), pki.Client, "client", nil, 12*time.Hour)
 	})
 	if caErr != nil {
 		t.Fatal(caErr)
@@ -80,17 +77,14 @@ func clientCreds(t testing.TB) credentials.TransportCredentials {
 // returns the serve flags that use it.
 func nodeCerts(t testing.TB, dir, id, host string) []string {
 	t.Helper()
-	ca := theCA(t)
-	is, err := ca.Issue(pki.Node, id, []string{host, "127.0.0.1", "localhost"}, 12*time.Hour)
+	// A restart issues afresh, in a dir of its own: files are never overwritten.
+	dir = filepath.Join(dir, fmt.Sprintf("certs-%d", time.Now().UnixNano()))
+	ca := theCA(t) // sets caDir
+	f, err := ca.IssueFiles(dir, filepath.Join(caDir, pki.CACertFile), pki.Node, id, []string{host, "127.0.0.1", "localhost"}, 12*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := fmt.Sprintf("node-%d", time.Now().UnixNano()) // a restart issues afresh; files are never overwritten
-	if err := pki.SaveIssued(dir, base, is); err != nil {
-		t.Fatal(err)
-	}
-	return []string{"--tls-ca", filepath.Join(caDir, pki.CACertFile),
-		"--tls-cert", filepath.Join(dir, base+".crt"), "--tls-key", filepath.Join(dir, base+".key")}
+	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
 }
 
 // caPool holds the test CA (theCA must have run: every node's start does).
