@@ -41,6 +41,7 @@ fuzz:           ## a minute per fuzz target
 	go test ./internal/transport -run '^$$' -fuzz '^FuzzReceiveSnapshot$$' -fuzztime 60s
 	go test ./internal/transport -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 60s
 	go test ./internal/policy -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s
+	go test ./fencing -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime 60s
 
 bench:          ## micro-benchmarks, 3 runs each
 	go test ./internal/fsm -run '^$$' -bench . -count 3

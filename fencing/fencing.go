@@ -21,6 +21,18 @@
 //     is refused with an error matching [ErrTooHigh] and changes nothing.
 //     A row poisoned before the limit was set needs its fence reset by hand.
 //
+// # Signed tokens
+//
+// A Limit bounds how far a made-up token can reach; a signed token rules
+// it out. With each grant a fence server with a token key also returns a
+// signed statement of it (Lease.SignedToken): cluster, lock name, token,
+// lease number, issue time, key id, signed with Ed25519. Give a Table, the
+// Middleware or a Ledger a [Verifier] with the cluster's public key(s) and
+// a LockName rule, and it accepts only signed tokens issued for the lock of
+// the row being written: a forged, altered or borrowed token (a real grant
+// of another lock) is refused with an error matching [ErrBadSignature].
+// Verification is offline: no call to the fence server.
+//
 // The package is a leaf: it imports nothing from fence's server side, so any
 // service can use it with tokens from any source.
 package fencing
@@ -83,8 +95,7 @@ func (e *TooHighError) Is(target error) bool { return target == ErrTooHigh }
 // every real holder from then on. A token above the limit is refused with a
 // *TooHighError and changes nothing. The zero Limit accepts every token.
 //
-// Limit is the one place a token is vetted before it is compared; signed
-// tokens (planned) will be verified at the same point.
+// A Limit still applies to a signed token once its signature is verified.
 type Limit struct {
 	// Max is the highest token accepted at all; 0 means no maximum. fence's
 	// counter grows by one per grant (of any lock), so a Max of 1<<48 lasts

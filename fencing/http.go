@@ -36,10 +36,19 @@ type MiddlewareConfig struct {
 	// Limit refuses tokens far above what was issued, with 400 Bad Request
 	// (see Limit). The zero Limit accepts any token.
 	Limit Limit
+	// Verifier, if set, makes Fence-Token carry a signed token (the text of
+	// Lease.SignedToken) issued for the lock LockName names for the request;
+	// a plain token, a forged or altered one, or one for another lock gets
+	// 403 Forbidden and next never runs.
+	Verifier *Verifier
+	// LockName returns the lock whose holders may make the request; nil
+	// means Resource (the lock is named like the resource).
+	LockName func(*http.Request) string
 }
 
 // Middleware lets your own HTTP API refuse stale holders: every request that
-// is not GET, HEAD or OPTIONS must carry Fence-Token; if that token is lower
+// is not GET, HEAD or OPTIONS must carry Fence-Token (signed, with a
+// Verifier); if that token is lower
 // than the highest token the resource has accepted, the request gets 409
 // Conflict (with both tokens) and next never runs. Requests for one resource
 // are run one at a time in this process, so a request that passed the check
@@ -62,20 +71,32 @@ func Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
 			http.Error(w, "send your lock's fencing token in the "+TokenHeader+" header", http.StatusPreconditionRequired)
 			return
 		}
-		token, err := strconv.ParseUint(raw, 10, 64)
-		if err != nil || token == 0 {
-			http.Error(w, TokenHeader+" must be a positive integer (the token of your lock grant)", http.StatusBadRequest)
-			return
-		}
 		key := cfg.Resource(r)
+		var token Token
+		if cfg.Verifier != nil {
+			name := key
+			if cfg.LockName != nil {
+				name = cfg.LockName(r)
+			}
+			var err error
+			if token, err = cfg.Verifier.VerifyFor(raw, name, key); err != nil {
+				writeJSON(w, http.StatusForbidden, map[string]any{"error": err.Error(), "resource": key})
+				return
+			}
+		} else {
+			var err error
+			token, err = strconv.ParseUint(raw, 10, 64)
+			if err != nil || token == 0 {
+				http.Error(w, TokenHeader+" must be a positive integer (the token of your lock grant)", http.StatusBadRequest)
+				return
+			}
+		}
 		unlock := locks.lock(key)
 		defer unlock()
 		highest, ok, err := cfg.Store.Advance(r.Context(), key, token, cfg.Limit)
 		var tooHigh *TooHighError
 		if errors.As(err, &tooHigh) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			json.NewEncoder(w).Encode(map[string]any{
+			writeJSON(w, http.StatusBadRequest, map[string]any{
 				"error":    fmt.Sprintf("fencing token %d is above the limit %d for %s: no lock grant issued it", token, tooHigh.Ceiling, key),
 				"resource": key, "offered": token, "ceiling": tooHigh.Ceiling})
 			return
@@ -88,16 +109,21 @@ func Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
 			if cfg.Observer != nil {
 				cfg.Observer.Stale("http", Enforce, token, highest)
 			}
-			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set(TokenHighestHeader, strconv.FormatUint(highest, 10))
-			w.WriteHeader(http.StatusConflict)
-			json.NewEncoder(w).Encode(map[string]any{
+			writeJSON(w, http.StatusConflict, map[string]any{
 				"error":    fmt.Sprintf("stale fencing token: %d < %d; a newer holder has written %s: stop, re-acquire, read fresh data", token, highest, key),
 				"resource": key, "offered": token, "highest": highest})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// writeJSON answers with status and body as JSON.
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(body)
 }
 
 // keyedMutex serialises work per key; entries are freed when unused.
@@ -185,7 +211,7 @@ func (s *SQLStore) EnsureTable(ctx context.Context) error {
 // resource seen for the first time).
 func (s *SQLStore) Advance(ctx context.Context, key string, token Token, limit Limit) (Token, bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		err := s.table.update(ctx, sqlRunner{s.db}, token, key, nil, limit)
+		err := s.table.update(ctx, sqlRunner{s.db}, credential{token: token}, key, nil, limit)
 		var stale *StaleError
 		switch {
 		case err == nil:

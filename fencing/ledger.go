@@ -58,6 +58,15 @@ type Ledger struct {
 	// token may reclaim it; 0 means DefaultReclaimAfter, negative never.
 	// Once gives the action a context that ends after ReclaimAfter/2.
 	ReclaimAfter time.Duration
+	// Verifier, if set, makes every claim carry a signed token (OnceSigned)
+	// issued for the lock that LockName names for the action key; a plain
+	// token, a forged or altered one, or one for another lock is refused
+	// with an error matching ErrBadSignature and claims nothing.
+	Verifier *Verifier
+	// LockName returns the lock whose holders may perform the action with
+	// this key (e.g. "orders/77" for "sms:order-77:shipped"). Required with
+	// Verifier.
+	LockName func(actionKey string) string
 
 	d     *Dialect
 	name  string
@@ -125,6 +134,29 @@ func (l *Ledger) reclaimAfter() (time.Duration, bool) {
 // stays recorded with its error: the side effect may have happened; call
 // Forget to allow another attempt.
 func (l *Ledger) Once(ctx context.Context, db LedgerDB, key string, token Token, action func(ctx context.Context) error) (ran bool, err error) {
+	if l.Verifier != nil {
+		return false, &SignatureError{Resource: key, Reason: "a plain token, and this ledger takes signed tokens only (Ledger.Verifier): pass Lease.SignedToken to OnceSigned"}
+	}
+	return l.once(ctx, db, key, token, action)
+}
+
+// OnceSigned is Once with a signed token (Lease.SignedToken), for a ledger
+// with a Verifier: the claim is made only if the token's signature is valid
+// and it was issued for the lock Ledger.LockName names for key; otherwise
+// it fails with an error matching ErrBadSignature and claims nothing.
+func (l *Ledger) OnceSigned(ctx context.Context, db LedgerDB, key string, signed string, action func(ctx context.Context) error) (ran bool, err error) {
+	if l.Verifier == nil || l.LockName == nil {
+		return false, fmt.Errorf("fencing: ledger %s has no Verifier and LockName to check a signed token", l.name)
+	}
+	token, err := l.Verifier.VerifyFor(signed, l.LockName(key), key)
+	if err != nil {
+		return false, err
+	}
+	return l.once(ctx, db, key, token, action)
+}
+
+// once is Once after the token's checks.
+func (l *Ledger) once(ctx context.Context, db LedgerDB, key string, token Token, action func(ctx context.Context) error) (ran bool, err error) {
 	if key == "" || len(key) > 255 {
 		return false, fmt.Errorf("fencing: ledger key must be 1–255 bytes, got %d", len(key))
 	}

@@ -73,6 +73,14 @@ type TableConfig struct {
 	Limit    Limit
 	Observer Observer     // optional
 	Logger   *slog.Logger // for Observe mode's reports; nil means slog.Default()
+	// Verifier, if set, makes every write carry a signed token (UpdateSigned,
+	// InTxSigned) issued for the lock that LockName names for the row; a
+	// plain token, a forged or altered one, or one for another lock is
+	// refused with an error matching ErrBadSignature and changes nothing.
+	Verifier *Verifier
+	// LockName returns the lock whose holders may write the row with this
+	// key (e.g. "totals/77" for key 77). Required with Verifier.
+	LockName func(key Key) string
 }
 
 // Table performs guarded writes on one table. Safe for concurrent use.
@@ -94,6 +102,9 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	}
 	if cfg.FenceColumn == "" {
 		cfg.FenceColumn = "fence"
+	}
+	if cfg.Verifier != nil && cfg.LockName == nil {
+		return nil, fmt.Errorf("fencing: table %q: a Verifier needs LockName, the lock whose holders may write a row", cfg.Name)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -185,20 +196,55 @@ func (r sqlRunner) QueryInt64(ctx context.Context, query string, args ...any) (i
 // A stale write there fails with ErrStale, or with the database's own
 // serialization failure (Postgres under REPEATABLE READ or SERIALIZABLE,
 // SQLITE_BUSY on SQLite); roll the transaction back either way.
+//
+// A table with a Verifier refuses plain tokens: use UpdateSigned.
 func (t *Table) Update(ctx context.Context, db DB, token Token, key any, set map[string]any) error {
 	return t.UpdateVia(ctx, sqlRunner{db}, token, key, set)
 }
 
 // UpdateVia is Update through any Runner (fencingpgx.Runner for pgx).
 func (t *Table) UpdateVia(ctx context.Context, r Runner, token Token, key any, set map[string]any) error {
-	return t.update(ctx, r, token, key, set, t.cfg.Limit)
+	return t.update(ctx, r, credential{token: token}, key, set, t.cfg.Limit)
+}
+
+// UpdateSigned is Update with a signed token (Lease.SignedToken), for a
+// table with a Verifier: the write goes ahead only if the token's signature
+// is valid and it was issued for the lock TableConfig.LockName names for the
+// row; otherwise it fails with an error matching ErrBadSignature and changes
+// nothing. With nothing to set it claims the row, like Claim. r is SQL(db)
+// for database/sql, fencingpgx.Runner(db) for pgx.
+func (t *Table) UpdateSigned(ctx context.Context, r Runner, signed string, key any, set map[string]any) error {
+	return t.update(ctx, r, credential{signed: signed, isSigned: true}, key, set, t.cfg.Limit)
+}
+
+// credential is what a writer presents: a plain token, or a signed one.
+type credential struct {
+	token    Token
+	signed   string
+	isSigned bool
+}
+
+// tokenOf returns the token c stands for on the row with keys: a plain
+// token as is, where the table takes plain tokens; a signed one once
+// verified for the row's lock.
+func (t *Table) tokenOf(c credential, keys []any) (Token, error) {
+	switch v := t.cfg.Verifier; {
+	case !c.isSigned && v == nil:
+		return c.token, nil
+	case !c.isSigned:
+		return 0, &SignatureError{Resource: t.cfg.Name, Reason: "a plain token, and this table takes signed tokens only (TableConfig.Verifier): pass Lease.SignedToken to UpdateSigned"}
+	case v == nil:
+		return 0, fmt.Errorf("fencing: table %s has no Verifier to check a signed token: set TableConfig.Verifier and LockName", t.cfg.Name)
+	default:
+		return v.VerifyFor(c.signed, t.cfg.LockName(Key(keys)), t.cfg.Name)
+	}
 }
 
 // maxBigint is the highest token a BIGINT fence column holds.
 const maxBigint = 1<<63 - 1
 
-// update is UpdateVia under limit.
-func (t *Table) update(ctx context.Context, r Runner, token Token, key any, set map[string]any, limit Limit) error {
+// update is UpdateVia or UpdateSigned under limit.
+func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set map[string]any, limit Limit) error {
 	keys, err := t.keyValues(key)
 	if err != nil {
 		return err
@@ -211,11 +257,18 @@ func (t *Table) update(ctx context.Context, r Runner, token Token, key any, set 
 	if mode == Off {
 		return t.plainWrite(ctx, r, keys, cols, set)
 	}
+	token, err := t.tokenOf(c, keys)
+	var bad *SignatureError
+	if errors.As(err, &bad) {
+		return t.refuse(ctx, r, mode, keys, cols, set, err)
+	} else if err != nil {
+		return err
+	}
 	if limit.Max == 0 || limit.Max > maxBigint {
 		limit.Max = maxBigint
 	}
 	if err := limit.Check(t.cfg.Name, 0, token); err != nil {
-		return t.refuseTooHigh(ctx, r, mode, keys, cols, set, err)
+		return t.refuse(ctx, r, mode, keys, cols, set, err)
 	}
 	q := &query{d: t.cfg.Dialect}
 	q.text("UPDATE ", t.name, " SET ")
@@ -252,7 +305,7 @@ func (t *Table) update(ctx context.Context, r Runner, token Token, key any, set 
 			break
 		}
 		if err := limit.Check(t.cfg.Name, Token(stored), token); err != nil {
-			return t.refuseTooHigh(ctx, r, mode, keys, cols, set, err)
+			return t.refuse(ctx, r, mode, keys, cols, set, err)
 		}
 		if Token(stored) == token && t.cfg.Dialect == MySQL {
 			// MySQL counts changed rows, not matched ones (the driver does not
@@ -278,10 +331,10 @@ func (t *Table) update(ctx context.Context, r Runner, token Token, key any, set 
 	return t.plainWrite(ctx, r, keys, cols, set)
 }
 
-// refuseTooHigh handles a token above the limit: Enforce returns err;
-// Observe logs it and writes without recording the token, so the fence
-// column is never raised past every real token.
-func (t *Table) refuseTooHigh(ctx context.Context, r Runner, mode Mode, keys []any, cols []column, set map[string]any, err error) error {
+// refuse handles a token above the limit or a refused signature: Enforce
+// returns err; Observe logs it and writes without recording the token, so
+// the fence column is never raised past every real token.
+func (t *Table) refuse(ctx context.Context, r Runner, mode Mode, keys []any, cols []column, set map[string]any, err error) error {
 	if mode == Enforce {
 		return err
 	}
@@ -388,12 +441,21 @@ type TxBeginner interface {
 // InTx commits if fn returns nil and rolls back if it returns an error or
 // panics; fn must not commit or roll back itself.
 func (t *Table) InTx(ctx context.Context, db TxBeginner, token Token, key any, fn func(tx *sql.Tx) error) (err error) {
+	return t.inTx(ctx, db, credential{token: token}, key, fn)
+}
+
+// InTxSigned is InTx with a signed token (see UpdateSigned).
+func (t *Table) InTxSigned(ctx context.Context, db TxBeginner, signed string, key any, fn func(tx *sql.Tx) error) (err error) {
+	return t.inTx(ctx, db, credential{signed: signed, isSigned: true}, key, fn)
+}
+
+func (t *Table) inTx(ctx context.Context, db TxBeginner, c credential, key any, fn func(tx *sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("fencing: begin: %w", err)
 	}
 	return RunTx(tx.Commit, tx.Rollback, func() error {
-		if err := t.Claim(ctx, tx, token, key); err != nil {
+		if err := t.update(ctx, sqlRunner{tx}, c, key, nil, t.cfg.Limit); err != nil {
 			return err
 		}
 		return fn(tx)

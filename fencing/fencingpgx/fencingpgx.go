@@ -60,6 +60,17 @@ type Beginner interface {
 // row with this key, then run fn in the same transaction; commit if fn
 // returns nil, roll back otherwise.
 func InTx(ctx context.Context, db Beginner, t *fencing.Table, token fencing.Token, key any, fn func(tx pgx.Tx) error) error {
+	return inTx(ctx, db, func(tx pgx.Tx) error { return t.UpdateVia(ctx, runner{tx}, token, key, nil) }, fn)
+}
+
+// InTxSigned is InTx with a signed token, for a table with a Verifier
+// (see fencing.Table.UpdateSigned).
+func InTxSigned(ctx context.Context, db Beginner, t *fencing.Table, signed string, key any, fn func(tx pgx.Tx) error) error {
+	return inTx(ctx, db, func(tx pgx.Tx) error { return t.UpdateSigned(ctx, runner{tx}, signed, key, nil) }, fn)
+}
+
+// inTx runs claim, then fn, in one transaction.
+func inTx(ctx context.Context, db Beginner, claim, fn func(tx pgx.Tx) error) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("fencing: begin: %w", err)
@@ -70,7 +81,7 @@ func InTx(ctx context.Context, db Beginner, t *fencing.Table, token fencing.Toke
 		}
 		return nil
 	}, func() error {
-		if err := t.UpdateVia(ctx, runner{tx}, token, key, nil); err != nil {
+		if err := claim(tx); err != nil {
 			return err
 		}
 		return fn(tx)
