@@ -961,10 +961,15 @@ func (x *AcquireRequest) GetOpen() []uint64 {
 }
 
 type AcquireResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	LeaseNumber   uint64                 `protobuf:"varint,3,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token       uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	LeaseNumber uint64                 `protobuf:"varint,3,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
+	// signed_token states this grant (cluster, name, token, lease number,
+	// issue time, key id), signed with the cluster's token key, in the text
+	// form that package fencing's Verifier checks (see fencing.Signer); empty
+	// if the server has no token key.
+	SignedToken   string `protobuf:"bytes,4,opt,name=signed_token,json=signedToken,proto3" json:"signed_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,6 +1023,13 @@ func (x *AcquireResponse) GetLeaseNumber() uint64 {
 		return x.LeaseNumber
 	}
 	return 0
+}
+
+func (x *AcquireResponse) GetSignedToken() string {
+	if x != nil {
+		return x.SignedToken
+	}
+	return ""
 }
 
 type ReleaseRequest struct {
@@ -2035,11 +2047,12 @@ const file_fence_proto_rawDesc = "" +
 	"lock_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03ack\x18\a \x01(\x04R\x03ack\x12\x12\n" +
-	"\x04open\x18\b \x03(\x04R\x04open\"^\n" +
+	"\x04open\x18\b \x03(\x04R\x04open\"\x81\x01\n" +
 	"\x0fAcquireResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12!\n" +
-	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\"\x96\x01\n" +
+	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\x12!\n" +
+	"\fsigned_token\x18\x04 \x01(\tR\vsignedToken\"\x96\x01\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x19\n" +

@@ -108,6 +108,7 @@ func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked
 type Detached struct {
 	Name        string
 	Token       uint64
+	SignedToken string // as Lease.SignedToken
 	LeaseNumber uint64
 	TTL         time.Duration
 	// Secret proves ownership (hex). Whoever has it can release the lock.
@@ -154,7 +155,7 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 		}
 		return nil, fmt.Errorf("fence: lock %q: %w", name, err)
 	}
-	return &Detached{Name: name, Token: resp.Token, LeaseNumber: lease.LeaseNumber, TTL: lease.GetTtl().AsDuration(),
+	return &Detached{Name: name, Token: resp.Token, SignedToken: resp.SignedToken, LeaseNumber: lease.LeaseNumber, TTL: lease.GetTtl().AsDuration(),
 		Secret: hex.EncodeToString(lease.LeaseId)}, nil
 }
 

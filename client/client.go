@@ -318,7 +318,7 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 		}
 		if err == nil {
 			granted(resp.Token)
-			return newLease(s, name, resp.Token, unclaim), nil
+			return newLease(s, name, resp.Token, resp.SignedToken, unclaim), nil
 		}
 		if outcomeUnknown(err) {
 			c.settleAcquire(s, req) // before unclaim: no other local caller can hold name yet

@@ -21,6 +21,7 @@ type Lease struct {
 	s       *session
 	name    string
 	token   uint64
+	signed  string
 	unclaim func()
 
 	mu       sync.Mutex
@@ -30,8 +31,8 @@ type Lease struct {
 	once     sync.Once
 }
 
-func newLease(s *session, name string, token uint64, unclaim func()) *Lease {
-	l := &Lease{s: s, name: name, token: token, unclaim: unclaim, done: make(chan struct{})}
+func newLease(s *session, name string, token uint64, signed string, unclaim func()) *Lease {
+	l := &Lease{s: s, name: name, token: token, signed: signed, unclaim: unclaim, done: make(chan struct{})}
 	s.track(l)
 	go func() {
 		select {
@@ -68,6 +69,14 @@ func (l *Lease) Name() string { return l.name }
 // Token returns the fencing token of this grant. It is larger than the token
 // of every earlier grant of this lock.
 func (l *Lease) Token() uint64 { return l.token }
+
+// SignedToken returns the server's signed statement of this grant (lock
+// name, token, lease number, cluster, issue time), for storage that checks
+// it offline with fencing.Verifier (Table.UpdateSigned, the Middleware's
+// Fence-Token header, Ledger.OnceSigned): it proves the token was issued,
+// for this lock. Empty if the server has no token key (fence serve
+// --token-key; the dev setup has one).
+func (l *Lease) SignedToken() string { return l.signed }
 
 // LeaseNumber returns the public number of the server lease (session) that holds the lock.
 func (l *Lease) LeaseNumber() uint64 { return l.s.number }

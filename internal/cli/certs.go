@@ -30,7 +30,7 @@ const certsMaxDays = int(math.MaxInt64 / int64(24*time.Hour))
 func newCerts() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "certs",
-		Short: "Make the TLS certificates of a fence cluster (CA, nodes, clients)",
+		Short: "Make the TLS certificates of a fence cluster (CA, nodes, clients) and its token key",
 		Long: `Make the certificates a fence cluster runs TLS with, as PEM files, without
 openssl (keys are ECDSA P-256): a CA, a node certificate per member (it
 serves the member's ports and identifies it to the other members) and client
@@ -45,9 +45,10 @@ put it in place; 'fence serve' re-reads its certificate files on SIGHUP.`,
 		Example: `  fence certs create-ca --dir certs
   fence certs create-node n1 --host n1.example.com,10.0.0.1 --dir certs
   fence certs create-client alice --dir certs
+  fence certs create-token-key --dir certs
   fence certs show certs/n1.crt`,
 	}
-	cmd.AddCommand(newCertsCreateCA(), newCertsCreateNode(), newCertsCreateClient(), newCertsShow())
+	cmd.AddCommand(newCertsCreateCA(), newCertsCreateNode(), newCertsCreateClient(), newCertsCreateTokenKey(), newCertsShow())
 	return cmd
 }
 
@@ -105,6 +106,46 @@ ca.key first.`,
 	f.StringVar(&dir, "dir", certsDefaultDir, "directory to write ca.crt and ca.key into")
 	f.StringVar(&name, "name", "fence CA", "the CA's common name")
 	f.IntVar(&days, "days", int(pki.CAValidity/(24*time.Hour)), "days the CA is valid")
+	return cmd
+}
+
+func newCertsCreateTokenKey() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "create-token-key",
+		Short: "Create the key that signs fencing tokens: DIR/token-key.pem and DIR/token-key.pub.pem",
+		Long: `Create a new Ed25519 token key in --dir (created if missing): token-key.pem
+(mode 0600), which every member signs its grants with (fence serve
+--token-key), and token-key.pub.pem, which storage loads to verify signed
+tokens offline (fencing.LoadVerifier): a writer can then neither make up a
+token nor use a grant of another lock.
+
+To rotate: create the new key in another directory, add its .pub.pem to
+every verifier (keep the old one: tokens signed before the switch still
+verify), then put the new token-key.pem in place on every member and send
+SIGHUP. Drop the old public key once no grant signed with it is held.`,
+		Example: `  fence certs create-token-key --dir certs
+  fence serve --token-key certs/token-key.pem ...`,
+		Args: usage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return certsUsage(cmd, "--dir: give the directory to write the token key into")
+			}
+			priv, pub := filepath.Join(dir, pki.TokenKeyFile), filepath.Join(dir, pki.TokenPubKeyFile)
+			if err := certsRefuseExisting("there is a token key in "+dir+" already; to rotate, create the new one in another directory", priv, pub); err != nil {
+				return err
+			}
+			id, err := pki.CreateTokenKey(dir)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "wrote %s (key id %s, mode 0600: give it to every member, fence serve --token-key; keep it secret, it signs tokens)\n", priv, id)
+			fmt.Fprintf(out, "wrote %s (give it to the storage that verifies signed tokens: fencing.LoadVerifier)\n", pub)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", certsDefaultDir, "directory to write token-key.pem and token-key.pub.pem into")
 	return cmd
 }
 

@@ -14,6 +14,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/pki"
 )
 
 // certsRun runs `fence certs args...` in-process, like fence() in cli_test.go
@@ -284,5 +287,48 @@ func TestCertsShow(t *testing.T) {
 	}
 	if code, _, stderr := certsRun(t, "show", filepath.Join(dir, "missing.crt")); code != ExitError || !strings.Contains(stderr, "no such file") {
 		t.Errorf("show missing.crt: %d %s", code, stderr)
+	}
+}
+
+// create-token-key writes a key pair the server and fencing.LoadVerifier
+// read, with the private key 0600; it never overwrites one.
+func TestCertsCreateTokenKey(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := certsRun(t, "create-token-key", "--dir", dir)
+	if code != 0 {
+		t.Fatalf("create-token-key: %d %s", code, stderr)
+	}
+	key, err := pki.LoadTokenKey(filepath.Join(dir, pki.TokenKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := fencing.LoadVerifier(filepath.Join(dir, pki.TokenPubKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := fencing.NewSigner(key)
+	if !strings.Contains(stdout, signer.KeyID().String()) {
+		t.Errorf("the output does not name key id %s:\n%s", signer.KeyID(), stdout)
+	}
+	signed, _ := signer.Sign(fencing.Grant{Name: "a", Token: 1})
+	if _, err := v.VerifyFor(signed, "a", "a"); err != nil {
+		t.Fatalf("the public key does not verify the private key's token: %v", err)
+	}
+	if info, _ := os.Stat(filepath.Join(dir, pki.TokenKeyFile)); info.Mode().Perm() != 0o600 {
+		t.Errorf("token-key.pem has mode %04o", info.Mode().Perm())
+	}
+	before := certsTree(t, dir)
+	if code, _, stderr := certsRun(t, "create-token-key", "--dir", dir); code != ExitError || !strings.Contains(stderr, "not overwriting") {
+		t.Fatalf("second create-token-key: %d %s", code, stderr)
+	}
+	if after := certsTree(t, dir); !maps.Equal(before, after) {
+		t.Fatal("second create-token-key changed the key files")
+	}
+	os.Chmod(filepath.Join(dir, pki.TokenKeyFile), 0o644)
+	if _, err := pki.LoadTokenKey(filepath.Join(dir, pki.TokenKeyFile)); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a token key open to others loaded: %v", err)
+	}
+	if _, err := pki.LoadTokenKey(filepath.Join(dir, pki.TokenPubKeyFile)); err == nil {
+		t.Error("the public key file loaded as a token key")
 	}
 }

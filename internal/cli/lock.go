@@ -23,7 +23,10 @@ func newLock(g *globals) *cobra.Command {
 		Short: "Take a lock for a shell script, held for --ttl without renewal",
 		Long: `Take the lock NAME under a lease of its own that nothing renews: it is held
 for --ttl unless released earlier with 'fence unlock'. Prints shell
-assignments (FENCE_LOCK, FENCE_TOKEN, FENCE_LEASE, FENCE_TTL) for eval.
+assignments (FENCE_LOCK, FENCE_TOKEN, FENCE_SIGNED_TOKEN, FENCE_LEASE,
+FENCE_TTL) for eval. FENCE_SIGNED_TOKEN is the signed statement of the grant
+for storage that verifies it (fencing.Verifier); it is set only if the
+server has a token key.
 
 Pick a TTL longer than the script can run; if the script may run longer,
 use 'fence run', which renews the lease and stops the script if it is lost.
@@ -58,6 +61,9 @@ FENCE_LEASE is a secret: whoever has it can release the lock.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "export FENCE_LOCK=%s\n", shellQuote(d.Name))
 			fmt.Fprintf(out, "export FENCE_TOKEN=%d\n", d.Token)
+			if d.SignedToken != "" {
+				fmt.Fprintf(out, "export FENCE_SIGNED_TOKEN=%s\n", d.SignedToken) // URL-safe base64: nothing to quote
+			}
 			fmt.Fprintf(out, "export FENCE_LEASE=%s\n", d.Secret)
 			fmt.Fprintf(out, "export FENCE_TTL=%s\n", d.TTL)
 			return nil

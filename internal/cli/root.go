@@ -41,7 +41,7 @@ type globals struct {
 	servers        string
 	connectTimeout time.Duration
 	adminTokenFile string
-	tokenFile      string    // --token-file ($FENCE_TOKEN): this client's identity under a policy
+	tokenFile      string    // --token-file ($FENCE_AUTH_TOKEN): this client's identity under a policy
 	tls            pki.Files // --ca, --cert, --key ($FENCE_CA, $FENCE_CERT, $FENCE_KEY)
 	insecure       bool      // --insecure: plaintext
 }
@@ -123,7 +123,7 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 	if token != "" {
 		opts = append(opts, client.WithAdminToken(token))
 	}
-	ident, err := readSecret("--token-file", g.tokenFile, "FENCE_TOKEN")
+	ident, err := readSecret("--token-file", g.tokenFile, "FENCE_AUTH_TOKEN")
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	pf.StringVar(&g.tls.Cert, "cert", os.Getenv(client.EnvCert), "client certificate ($"+client.EnvCert+")")
 	pf.StringVar(&g.tls.Key, "key", os.Getenv(client.EnvKey), "client certificate's key ($"+client.EnvKey+")")
 	pf.BoolVar(&g.insecure, "insecure", false, "talk plaintext (to a server started with --insecure; serve: serve plaintext)")
-	pf.StringVar(&g.tokenFile, "token-file", "", "file holding this client's bearer token, its identity under the servers' policy when it has no certificate (default $FENCE_TOKEN)")
+	pf.StringVar(&g.tokenFile, "token-file", "", "file holding this client's bearer token, its identity under the servers' policy when it has no certificate (default $FENCE_AUTH_TOKEN; not $FENCE_TOKEN, which is a fencing token)")
 	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
 	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g), newBench(g), newCerts(), newPolicy())
 	return root

@@ -28,7 +28,9 @@ func newRun(g *globals) *cobra.Command {
 		Long: `Run CMD while holding the lock NAME, renewing the lease every TTL/3.
 
 CMD gets FENCE_LOCK (the name), FENCE_TOKEN (the fencing token: pass it to
-every write, so storage can refuse a stale holder) and FENCE_TTL.
+every write, so storage can refuse a stale holder), FENCE_SIGNED_TOKEN (the
+server's signed statement of the grant, for storage that verifies it with
+fencing.Verifier; set if the server has a token key) and FENCE_TTL.
 
 If renewals keep failing, fence stops CMD before the lease can expire: it sends
 SIGTERM when only --grace is left before the local deadline, and SIGKILL at
@@ -109,6 +111,9 @@ func runLocked(cmd *cobra.Command, g *globals, name string, argv []string, wait,
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Env = append(os.Environ(), "FENCE_LOCK="+name, "FENCE_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"FENCE_TTL="+clock.Until(clock.Real{}, lease.Deadline()).Round(time.Second).String())
+	if signed := lease.SignedToken(); signed != "" {
+		child.Env = append(child.Env, "FENCE_SIGNED_TOKEN="+signed)
+	}
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := child.Start(); err != nil {

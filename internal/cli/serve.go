@@ -100,6 +100,11 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 							cfg.Logger.Error("SIGHUP: policy not reloaded; the node keeps the one it had", "err", err)
 						}
 					}
+					if srv.SignsTokens() {
+						if err := srv.ReloadTokenKey(); err != nil {
+							cfg.Logger.Error("SIGHUP: token key not reloaded; the node keeps signing with the one it had", "err", err)
+						}
+					}
 				case <-ctx.Done():
 					cfg.Logger.Info("shutting down")
 					return srv.Close()
@@ -116,6 +121,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA certificate that client and member certificates must chain to (default: the dev CA in <data-dir>/tls, on loopback only)")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "this node's certificate (a node certificate of the CA: 'fence certs create-node'); re-read on SIGHUP")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "this node's certificate's key; re-read on SIGHUP")
+	f.StringVar(&cfg.TokenKeyFile, "token-key", "", "Ed25519 key that signs the fencing tokens of grants, for storage that verifies them (make it with 'fence certs create-token-key'; the same on every member; default in the dev setup: <data-dir>/tls/token-key.pem); re-read on SIGHUP")
 	f.StringVar(&cfg.PolicyFile, "policy-file", "", "who may do what to which locks (identities, prefixes, rights: see 'fence policy --help'); re-read on SIGHUP")
 	f.StringVar(&bootstrap, "bootstrap", "", "a new cluster's voters, the same on every node: id=raft-addr,id=raft-addr,…")
 	f.StringSliceVar(&cfg.Join, "join", nil, "gRPC address(es) of an existing cluster's members to join on first start")

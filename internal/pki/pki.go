@@ -298,14 +298,20 @@ func parseCert(certPEM []byte) (*x509.Certificate, error) {
 // loopback.
 var DevHosts = []string{"localhost", "127.0.0.1", "::1"}
 
-// EnsureDev makes sure dir holds a CA, a node certificate for hosts and a
-// client certificate (named "dev", full rights in a dev setup), creating
+// EnsureDev makes sure dir holds a CA, a node certificate for hosts, a
+// client certificate (named "dev", full rights in a dev setup) and a token
+// key (CreateTokenKey), creating
 // what is missing, and returns the node's files. It is how `fence serve`
 // with no TLS flags serves TLS on first start, and the CLI on the same
 // machine finds the client files in the same dir. An existing CA is reused,
 // so certificates made earlier stay valid.
 func EnsureDev(dir, nodeName string, hosts []string) (Files, error) {
 	nf := NodeFiles(dir)
+	if !exists(filepath.Join(dir, TokenKeyFile)) {
+		if _, err := CreateTokenKey(dir); err != nil {
+			return Files{}, err
+		}
+	}
 	if exists(nf.CA) && exists(nf.Cert) && exists(nf.Key) && exists(filepath.Join(dir, ClientCertFile)) {
 		return nf, nil
 	}

@@ -67,6 +67,13 @@ type Config struct {
 	// every holder of a certificate of the CA may do everything but admin
 	// calls (see AdminToken). Server.ReloadPolicy re-reads it.
 	PolicyFile string
+	// TokenKeyFile is the Ed25519 key (pki.CreateTokenKey) that signs the
+	// grants this node hands out (AcquireResponse.signed_token), which
+	// storage checks offline with fencing.Verifier. Give every member the
+	// same key. Empty: the dev setup's key in <DataDir>/tls; without the
+	// dev setup, grants carry no signed token. Server.ReloadTokenKey
+	// re-reads the file.
+	TokenKeyFile string
 	// RaftListener, if set, is where the raft transport serves (RaftAddr is
 	// then ignored): tests open it first to learn the port.
 	RaftListener net.Listener

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/fencing"
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/node"
@@ -43,6 +44,9 @@ type Server struct {
 	node    *node.Node
 	tls     *pki.Reloader                 // nil: plaintext (Config.Insecure)
 	policy  atomic.Pointer[policy.Policy] // nil: no policy file
+	// signer signs grants (nil: no token key); tokenKeyFile is its file.
+	signer       atomic.Pointer[fencing.Signer]
+	tokenKeyFile string
 
 	grpc     *grpc.Server
 	grpcLis  net.Listener
@@ -89,6 +93,9 @@ func (s *Server) open() error {
 		return err
 	}
 	if err := s.loadPolicy(); err != nil {
+		return err
+	}
+	if err := s.openTokenKey(dev.dir); err != nil {
 		return err
 	}
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {

@@ -336,7 +336,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		return nil, err
 	}
 	if res.Code == fsm.OK {
-		return &api.AcquireResponse{Name: cmd.Name, Token: res.Token, LeaseNumber: res.LeaseNumber}, nil
+		return v.s.granted(cmd.Name, res.Token, res.LeaseNumber), nil
 	}
 	for { // queued: wait for this call's grant or cancellation, the end of the lease, or the deadline
 		if resp, done, err := v.waitOutcome(cmd); done {
@@ -365,7 +365,7 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 		case !found: // acknowledged: its client has the answer from another attempt
 			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.Answered})
 		case r.Code == fsm.OK:
-			resp, done = &api.AcquireResponse{Name: cmd.Name, Token: r.Token, LeaseNumber: l.Number}, true
+			resp, done = v.s.granted(cmd.Name, r.Token, l.Number), true
 		case r.Code != fsm.Queued:
 			done, err = true, refusal(&cmd, &r)
 		}

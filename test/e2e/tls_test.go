@@ -26,9 +26,9 @@ type devServer struct {
 	log                 locktest.LogBuffer
 }
 
-func startDevServer(t *testing.T) *devServer {
+func startDevServer(t *testing.T, args ...string) *devServer {
 	s := &devServer{t: t, dir: t.TempDir(), grpc: freePort(t), metrics: freePort(t), raft: freePort(t)}
-	s.cmd = exec.Command(fenceBinary(t), "serve", "--grpc-addr", s.grpc, "--metrics-addr", s.metrics, "--raft-addr", s.raft)
+	s.cmd = exec.Command(fenceBinary(t), append([]string{"serve", "--grpc-addr", s.grpc, "--metrics-addr", s.metrics, "--raft-addr", s.raft}, args...)...)
 	s.cmd.Dir, s.cmd.Stdout, s.cmd.Stderr = s.dir, &s.log, &s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
