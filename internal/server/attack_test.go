@@ -1,9 +1,15 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"database/sql"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +29,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/dbtest"
 	"github.com/fencehq/fence/internal/locktest"
 	"github.com/fencehq/fence/internal/pki"
 	"github.com/fencehq/fence/internal/server"
@@ -52,7 +60,8 @@ func TestAttackSuite(t *testing.T) {
 	if err := os.WriteFile(policyFile, []byte(attackPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := locktest.NewCluster(t, 3, certs.Serve, func(cfg *server.Config) { cfg.PolicyFile = policyFile })
+	keyFile, verifier := newTokenKey(t)
+	c := locktest.NewCluster(t, 3, certs.Serve, func(cfg *server.Config) { cfg.PolicyFile, cfg.TokenKeyFile = policyFile, keyFile })
 	leader := c.Leader()
 	addr, raftAddr := leader.Server.GRPCAddr(), leader.Server.RaftAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -263,6 +272,53 @@ func TestAttackSuite(t *testing.T) {
 		return err
 	})
 
+	// The storage side: a row only holders of a/victim may write, checked
+	// with the cluster's public key. The victim writes it first; tenant-b
+	// holds a real grant of its own lock, b/own.
+	totals, h := signedTable(t, verifier, "a/victim")
+	write := func(signed string, amount int) error {
+		return totals.UpdateSigned(ctx, fencing.SQL(h), signed, 1, map[string]any{"amount": amount})
+	}
+	if err := write(grant.SignedToken, 100); err != nil {
+		t.Fatalf("the victim's own signed write: %v", err)
+	}
+	bLease, err := tenantB.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: rid(3), Ttl: durationpb.New(time.Minute), Owner: "tenant-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := tenantB.Acquire(ctx, &api.AcquireRequest{RequestId: rid(4), LeaseId: bLease.LeaseId, Name: "b/own", Seq: 1, Ack: 1})
+	if err != nil || own.SignedToken == "" {
+		t.Fatalf("tenant-b's own grant: %v (signed %q)", err, own.GetSignedToken())
+	}
+	_, attackerKey, _ := ed25519.GenerateKey(rand.Reader)
+	forger := fencing.NewSigner(attackerKey)
+	// signedRefused turns a storage refusal into the attempt's error, and
+	// reports a refusal for another reason (the row must refuse the
+	// signature, not fail by chance).
+	signedRefused := func(kind string, err error) error {
+		if err != nil && !errors.Is(err, fencing.ErrBadSignature) {
+			t.Errorf("%s: refused, but not for its signature: %v", kind, err)
+		}
+		return err
+	}
+	run("forged signed tokens", 500, func(i int) error {
+		tok, _ := forger.Sign(fencing.Grant{Name: "a/victim", Token: grant.Token + 1<<40 + uint64(i), Lease: lease.LeaseNumber, IssuedAt: time.Now()})
+		return signedRefused("forged", write(tok, i))
+	})
+	run("altered signed tokens", 500, func(i int) error {
+		return signedRefused("altered", write(alterSigned(t, own.SignedToken, i), i))
+	})
+	run("signed tokens replayed for another name", 500, func(i int) error {
+		return signedRefused("replayed", write(own.SignedToken, i))
+	})
+	run("plain tokens where signed ones are required", 500, func(i int) error {
+		return signedRefused("plain", totals.Update(ctx, h, grant.Token+uint64(i), 1, map[string]any{"amount": i}))
+	})
+	var amount, fence int64
+	if err := h.QueryRow("SELECT amount, fence FROM totals WHERE id = 1").Scan(&amount, &fence); err != nil || amount != 100 || uint64(fence) != grant.Token {
+		t.Fatalf("the victim's row after the attacks: amount %d, fence %d, %v (want 100, %d)", amount, fence, err, grant.Token)
+	}
+
 	total := 0
 	kinds := make([]string, 0, len(counts))
 	for k, n := range counts {
@@ -292,6 +348,49 @@ func TestAttackSuite(t *testing.T) {
 	if _, err := victim.Get(ctx, &api.GetRequest{Key: "a/victim"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("a fenced write landed: %v", err)
 	}
+}
+
+// signedTable is a SQLite table totals(id, amount, fence) with row 1,
+// which only signed tokens of lock may write.
+func signedTable(t *testing.T, v *fencing.Verifier, lock string) (*fencing.Table, *sql.DB) {
+	t.Helper()
+	h := dbtest.Open(t, dbtest.SQLite(t))
+	if _, err := h.Exec("CREATE TABLE totals (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL, fence BIGINT NOT NULL DEFAULT 0)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec("INSERT INTO totals (id, amount) VALUES (1, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: fencing.SQLite, Name: "totals", Key: []string{"id"},
+		Verifier: v, LockName: func(fencing.Key) string { return lock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl, h
+}
+
+// alterSigned changes a real signed token the ways an attacker would: its
+// token raised, its name swapped for another lock's, or one random byte of
+// it changed; the signature stays the original's.
+func alterSigned(t *testing.T, signed string, i int) string {
+	raw, err := base64.RawURLEncoding.DecodeString(signed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const header = 43 // version, key id, cluster, token, lease, issued-at, name length
+	n := int(binary.BigEndian.Uint16(raw[41:43]))
+	body, sig := raw[:header+n], raw[header+n:]
+	switch i % 3 {
+	case 0:
+		binary.BigEndian.PutUint64(body[17:25], 1<<60+uint64(i))
+	case 1:
+		body = binary.BigEndian.AppendUint16(bytes.Clone(body[:41]), uint16(len("a/victim")))
+		body = append(body, "a/victim"...)
+	default:
+		body = bytes.Clone(body)
+		body[9+i%(len(body)-9)] ^= byte(1 + i%255)
+	}
+	return base64.RawURLEncoding.EncodeToString(append(append([]byte{}, body...), sig...))
 }
 
 func randID() []byte {
