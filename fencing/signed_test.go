@@ -13,6 +13,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -83,6 +85,14 @@ func TestSignedRoundTrip(t *testing.T) {
 	if _, err := s.Sign(fencing.Grant{Name: strings.Repeat("n", 1025)}); err == nil {
 		t.Error("signed a 1025-byte name")
 	}
+	for _, name := range []string{"", strings.Repeat("n", 1024)} { // the shortest and the longest
+		if g, err := v.Verify(sign(t, s, name, 1)); err != nil || g.Name != name {
+			t.Errorf("a %d-byte name: %+v, %v", len(name), g, err)
+		}
+	}
+	if _, err := v.Verify("AQ"); err == nil || !strings.HasPrefix(err.Error(), "fencing: signed token refused: ") {
+		t.Errorf("Verify's refusal: %v", err)
+	}
 }
 
 // TestSignedRefusals: every way a signed token can be wrong is refused with
@@ -101,6 +111,7 @@ func TestSignedRefusals(t *testing.T) {
 		{"plain number", "42", "orders/1", "too short"},
 		{"not base64", "!!!" + good[3:], "orders/1", "not URL-safe base64"},
 		{"too long", strings.Repeat("A", fencing.MaxSignedTokenLen+1), "orders/1", "more than a signed token has"},
+		{"longest", strings.Repeat("A", fencing.MaxSignedTokenLen), "orders/1", "version 0"},
 		{"truncated", good[:len(good)-4], "orders/1", "length does not match"},
 		{"extended", reencode(append(bytes.Clone(raw), 0)), "orders/1", "length does not match"},
 		{"unknown version", reencode(v2), "orders/1", "version 2"},
@@ -208,6 +219,7 @@ func TestParseVerifier(t *testing.T) {
 		{"rsa", pemPublic(t, &rsaKey.PublicKey), "not an Ed25519"},
 		{"garbage block", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: []byte("nope")}), "PEM block 1"},
 		{"trailing text", append(pemPublic(t, pub1), "junk"...), "after the last PEM block"},
+		{"second block bad", append(pemPublic(t, pub1), pemPublic(t, &rsaKey.PublicKey)...), "PEM block 2"},
 	}
 	for _, c := range bad {
 		if _, err := fencing.ParseVerifier(c.data); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -220,8 +232,8 @@ func TestParseVerifier(t *testing.T) {
 	if _, err := fencing.NewVerifier(); err == nil {
 		t.Error("a verifier without keys")
 	}
-	if _, err := fencing.NewVerifier(ed25519.PublicKey("short")); err == nil {
-		t.Error("a verifier with a 5-byte key")
+	if _, err := fencing.NewVerifier(pub1, ed25519.PublicKey("short")); err == nil || !strings.Contains(err.Error(), "public key 2 is 5 bytes") {
+		t.Errorf("a verifier with a 5-byte key: %v", err)
 	}
 }
 
@@ -236,7 +248,7 @@ func TestTableSigned(t *testing.T) {
 		h, plain, name := setup(t, db)
 		lockName := func(k fencing.Key) string { return fmt.Sprintf("totals/%v", k[0]) }
 		tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"},
-			Verifier: newVerifier(t, pub), LockName: lockName})
+			Verifier: newVerifier(t, pub), LockName: lockName, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -306,6 +306,13 @@ func (g *group) setMembers(ms members) {
 	}
 }
 
+// isMember reports whether id is in the member list (a voter or a learner).
+func (g *group) isMember(id uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.ContainsFunc(g.ms, func(m Member) bool { return m.ID == id })
+}
+
 // memberList returns the members, sorted by name.
 func (g *group) memberList() []Member {
 	g.mu.Lock()

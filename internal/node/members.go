@@ -32,13 +32,19 @@ func RaftID(name string) uint64 {
 	return 1
 }
 
-// authorizePeer admits a raft stream over TLS only from the member its
-// certificate names: a node certificate's common name is the member's name
-// (--node-id), so one member's certificate cannot speak for another.
-func authorizePeer(from uint64, cert *x509.Certificate) error {
+// authorizePeer admits raft traffic over TLS only from a member, as this
+// node knows the membership, and only under the name its certificate
+// names: a node certificate's common name is the member's name
+// (--node-id), so one member's certificate cannot speak for another, and
+// a removed member's cannot speak at all. The transport asks at every
+// batch, so a member's open stream ends with its removal.
+func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	name := cert.Subject.CommonName
 	if id := RaftID(name); id != from {
 		return fmt.Errorf("its certificate is member %q's (raft id %d), but it speaks as raft id %d: give each member a node certificate made for its own --node-id ('fence certs create-node ID')", name, id, from)
+	}
+	if !g.isMember(from) {
+		return fmt.Errorf("%q (raft id %d) is not a member of this cluster as this node knows it: a removed member, or one being added that this node has not applied yet ('fence members add' first)", name, from)
 	}
 	return nil
 }

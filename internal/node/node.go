@@ -190,7 +190,7 @@ func (n *Node) open() error {
 		}
 	}
 	n.trans, err = transport.New(transport.Config{ClusterID: n.clusterID, LocalID: n.id, Listener: lis, Log: n.log,
-		ServerTLS: cfg.RaftServerTLS, ClientTLS: cfg.RaftClientTLS, AuthorizePeer: authorizePeer,
+		ServerTLS: cfg.RaftServerTLS, ClientTLS: cfg.RaftClientTLS, AuthorizePeer: g.authorizePeer,
 		Deliver: g.deliver,
 		Unreachable: func(id uint64) {
 			g.tryControl(func(c *core) { c.rn.ReportUnreachable(id) })

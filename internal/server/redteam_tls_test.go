@@ -32,30 +32,56 @@ import (
 // answer (nil: stream accepted) or the transport error.
 func rtRaftHello(t *testing.T, addr string, cfg *tls.Config, b *transportpb.Batch) (answer error, transportErr error) {
 	t.Helper()
+	st, err := dialRaftStream(addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if err := st.send(b); err != nil {
+		return nil, err
+	}
+	return st.answer()
+}
+
+// raftStream is a raft message stream opened by hand, over TLS: the
+// preface, then Batch frames; the member answers the first with a status
+// frame, and any later one it refuses.
+type raftStream struct {
+	*tls.Conn
+	bw *bufio.Writer
+	br *bufio.Reader
+}
+
+func dialRaftStream(addr string, cfg *tls.Config) (*raftStream, error) {
 	d := net.Dialer{Timeout: 3 * time.Second}
 	c, err := tls.DialWithDialer(&d, "tcp", addr, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	bw := bufio.NewWriter(c)
-	bw.WriteString("FNCRAFT1")
-	bw.WriteByte('M')
+	s := &raftStream{Conn: c, bw: bufio.NewWriter(c), br: bufio.NewReader(c)}
+	s.bw.WriteString("FNCRAFT1")
+	s.bw.WriteByte('M')
+	return s, nil
+}
+
+func (s *raftStream) send(b *transportpb.Batch) error {
 	raw, _ := proto.Marshal(b)
 	var hdr [4]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(raw)))
-	bw.Write(hdr[:])
-	bw.Write(raw)
-	if err := bw.Flush(); err != nil {
-		return nil, err
-	}
-	br := bufio.NewReader(c)
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+	s.bw.Write(hdr[:])
+	s.bw.Write(raw)
+	return s.bw.Flush()
+}
+
+// answer reads a status frame: nil for OK, else the refusal.
+func (s *raftStream) answer() (answer error, transportErr error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(s.br, hdr[:]); err != nil {
 		return nil, err
 	}
 	body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-	if _, err := io.ReadFull(br, body); err != nil {
+	if _, err := io.ReadFull(s.br, body); err != nil {
 		return nil, err
 	}
 	var st spb.Status

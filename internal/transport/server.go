@@ -100,6 +100,7 @@ func (r *receiver) serve(c net.Conn) {
 func (r *receiver) receiveMessages(c net.Conn, br *bufio.Reader, bw *bufio.Writer) error {
 	accepted := false
 	var from uint64
+	var cert *x509.Certificate // what admit judged the sender by (nil: plaintext)
 	for {
 		limit := maxFrameBytes
 		if !accepted {
@@ -121,11 +122,13 @@ func (r *receiver) receiveMessages(c net.Conn, br *bufio.Reader, bw *bufio.Write
 			err = status.Errorf(codes.InvalidArgument, "a stream from node %d carried a batch from node %d", from, b.GetFrom())
 		case !accepted:
 			// Vet the sender before anything is said about this cluster.
-			if err = r.admit(c, b.GetFrom()); err == nil {
+			if cert, err = r.admit(c, b.GetFrom()); err == nil {
 				msgs, err = r.decodeBatch(b)
 			}
 		default:
-			msgs, err = r.decodeBatch(b)
+			if err = r.readmit(from, cert); err == nil {
+				msgs, err = r.decodeBatch(b)
+			}
 		}
 		if err != nil {
 			return err
@@ -169,7 +172,10 @@ func (r *receiver) receiveSnapshotConn(c net.Conn, br *bufio.Reader, bw *bufio.W
 			return nil, status.Error(codes.InvalidArgument, "a frame of the snapshot stream is no SnapshotChunk")
 		}
 		return ch, nil
-	}, func(from uint64) error { return r.admit(c, from) })
+	}, func(from uint64) error {
+		_, err := r.admit(c, from)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -202,17 +208,27 @@ func (r *receiver) checkHeader(clusterID, from, to uint64) error {
 	return nil
 }
 
-// admit asks Config.AuthorizePeer about a stream over TLS from node from.
-func (r *receiver) admit(c net.Conn, from uint64) error {
+// admit asks Config.AuthorizePeer about a stream over TLS from node from,
+// and returns the certificate it judged (nil for plaintext).
+func (r *receiver) admit(c net.Conn, from uint64) (*x509.Certificate, error) {
 	tc, ok := c.(*tlsConn)
 	if !ok || r.authorize == nil {
-		return nil
+		return nil, nil
 	}
 	certs := tc.ConnectionState().PeerCertificates
 	if len(certs) == 0 { // the handshake requires one; a config that does not
-		return status.Errorf(codes.PermissionDenied, "node %d presented no certificate", from)
+		return nil, status.Errorf(codes.PermissionDenied, "node %d presented no certificate", from)
 	}
-	if err := r.authorize(from, certs[0]); err != nil {
+	return certs[0], r.readmit(from, certs[0])
+}
+
+// readmit asks Config.AuthorizePeer again about an accepted stream's sender
+// (every batch: a member removed since the stream opened is cut off).
+func (r *receiver) readmit(from uint64, cert *x509.Certificate) error {
+	if cert == nil {
+		return nil
+	}
+	if err := r.authorize(from, cert); err != nil {
 		return status.Errorf(codes.PermissionDenied, "node %d refused: %v", from, err)
 	}
 	return nil

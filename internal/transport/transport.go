@@ -105,10 +105,12 @@ type Config struct {
 	ServerTLS *tls.Config
 	// AuthorizePeer, if set, is asked about every stream accepted over TLS,
 	// with the sender's node id (of its first Batch or snapshot chunk) and
-	// the certificate it presented (verified against ServerTLS's CA): an
-	// error refuses the stream with PermissionDenied and the error's text,
-	// logged on both sides. The node checks that the certificate names the
-	// sender, so one member's certificate cannot speak for another.
+	// the certificate it presented (verified against ServerTLS's CA), and
+	// again at every later Batch of a message stream: an error refuses the
+	// stream with PermissionDenied and the error's text, logged on both
+	// sides. The node checks that the certificate names the sender and that
+	// the sender is a member, so one member's certificate cannot speak for
+	// another and a removed member's stream ends.
 	AuthorizePeer func(from uint64, cert *x509.Certificate) error
 	// ClientTLS, if set, makes every connection to a peer (its message
 	// stream and each snapshot) a TLS client of it: ClientTLS is called with

@@ -1,0 +1,117 @@
+package server_test
+
+import (
+	"crypto/tls"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/client"
+	"github.com/fencehq/fence/internal/locktest"
+	"github.com/fencehq/fence/internal/node"
+	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/transport/transportpb"
+)
+
+// The raft port talks only with members: a node certificate of the
+// cluster's CA for a name that is not in the membership gets no stream,
+// and a member's open stream is cut off at its first batch after its
+// removal.
+func TestRaftPortOnlyForMembers(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	c := locktest.NewCluster(t, 3, certs.Serve)
+	var members []node.Member
+	for _, nd := range c.Nodes {
+		members = append(members, node.Member{Name: nd.ID, RaftAddr: nd.Server.RaftAddr()})
+	}
+	cluster := node.ClusterIDOf(members)
+	leader := c.Leader()
+	var target, removed *locktest.Node // a member that stays, and one to remove
+	for _, nd := range c.Nodes {
+		switch {
+		case nd == leader:
+		case target == nil:
+			target = nd
+		default:
+			removed = nd
+		}
+	}
+	as := func(f pki.Files) func() (*raftStream, error) {
+		cfg, err := pki.ClientTLS(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ServerName = "127.0.0.1"
+		return func() (*raftStream, error) { return dialRaftStream(target.Server.RaftAddr(), cfg) }
+	}
+	hello := func(name string) *transportpb.Batch {
+		return &transportpb.Batch{ClusterId: cluster, From: node.RaftID(name), To: node.RaftID(target.ID)}
+	}
+
+	// A stranger with a node certificate of the CA.
+	ans, err := rtRaftHello(t, target.Server.RaftAddr(), mustTLS(t, certs.Issue(pki.Node, "n9", time.Hour)), hello("n9"))
+	if err != nil || status.Code(ans) != codes.PermissionDenied || !strings.Contains(status.Convert(ans).Message(), "not a member") {
+		t.Fatalf("a non-member's node certificate on the raft port: answer %v, transport %v", ans, err)
+	}
+
+	// A member opens a stream, then is removed.
+	st, err := as(certs.NodeFiles(removed.ID))()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.send(hello(removed.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if ans, err := st.answer(); ans != nil || err != nil {
+		t.Fatalf("a member's stream: answer %v, transport %v", ans, err)
+	}
+	cl, err := client.Dial(ctxT(t, 5*time.Second), c.Addrs(), client.WithTLSFiles(certs.Client.CA, certs.Client.Cert, certs.Client.Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.RemoveMember(ctxT(t, 10*time.Second), removed.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The target applies the removal soon after the leader commits it; an
+	// accepted batch gets no answer, a refused one the refusal.
+	st.SetDeadline(time.Now().Add(15 * time.Second))
+	answered := make(chan error, 1)
+	go func() {
+		ans, err := st.answer()
+		if err != nil {
+			ans = err
+		}
+		answered <- ans
+	}()
+	deadline := time.After(10 * time.Second)
+	for {
+		if err := st.send(hello(removed.ID)); err != nil {
+			t.Fatalf("a removed member's open stream: %v", err)
+		}
+		select {
+		case ans := <-answered:
+			if status.Code(ans) != codes.PermissionDenied || !strings.Contains(status.Convert(ans).Message(), "not a member") {
+				t.Fatalf("a removed member's open stream: answer %v", ans)
+			}
+			return // cut off
+		case <-deadline:
+			t.Fatal("a removed member's open stream still delivers 10 s after its removal")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func mustTLS(t *testing.T, f pki.Files) *tls.Config {
+	t.Helper()
+	cfg, err := pki.ClientTLS(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ServerName = "127.0.0.1"
+	return cfg
+}
