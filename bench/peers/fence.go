@@ -74,12 +74,20 @@ func revSuffix(rev string) string {
 	return "@" + rev
 }
 
+// FenceOptions say how StartFence's cluster serves.
+type FenceOptions struct {
+	// TLS: every port TLS, with certificates of a CA made in the run's
+	// dir (as a production cluster runs); else plaintext, as the peers run.
+	TLS bool
+	// Signed: every member has a token key, so every grant is signed.
+	Signed bool
+}
+
 // StartFence starts nodes on 127.0.0.1 (gRPC basePort+10i, metrics +1,
 // raft +2), with lock-delay 0 (the peers have none) and /debug/pprof on the
-// metrics address, and waits for a leader. With tls every port is TLS, with
-// certificates of a CA made in dir (as a production cluster runs); without,
-// plaintext, as the peers run.
-func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration, tls bool) (*Fence, error) {
+// metrics address, served as how says, and waits for a leader.
+func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration, how FenceOptions) (*Fence, error) {
+	tls := how.TLS
 	var peers []string
 	for i := range nodes {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, basePort+10*i+2))
@@ -103,12 +111,23 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration, tls boo
 	if tls && !hasTLS {
 		return nil, fmt.Errorf("%s serves no TLS", bin)
 	}
+	var tokenKey []string
+	if how.Signed {
+		if !strings.Contains(string(help), "--token-key") {
+			return nil, fmt.Errorf("%s signs no tokens", bin)
+		}
+		if _, err := pki.CreateTokenKey(certs); err != nil {
+			return nil, err
+		}
+		tokenKey = []string{"--token-key", filepath.Join(certs, pki.TokenKeyFile)}
+	}
 	for i := range nodes {
 		id, port := fmt.Sprintf("n%d", i+1), basePort+10*i
 		args := []string{bin, "serve", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--grpc-addr", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1),
 			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+2), "--bootstrap", strings.Join(peers, ","),
 			"--lock-delay", "0", "--log-level", "warn", "--pprof"}
+		args = append(args, tokenKey...)
 		switch {
 		case tls:
 			nf, err := ca.IssueFiles(certs, filepath.Join(certs, pki.CACertFile), pki.Node, id, []string{"127.0.0.1"}, 24*time.Hour)

@@ -78,7 +78,7 @@ func main() {
 		loopbackEcho()
 		return
 	}
-	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run; a +tls suffix serves TLS on every port: fence+tls)")
+	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run; a +tls suffix serves TLS on every port, +signed signs every grant with a token key: fence+tls+signed)")
 	runs := flag.Int("runs", 3, "rounds (each system fresh in each); medians are over these")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
 	only := flag.String("scenarios", "", "comma-separated subset of: "+names())
@@ -127,21 +127,31 @@ type system interface {
 }
 
 // fenceRev is the revision a system name fence@REV asks for ("" for fence,
-// the working tree), and whether it serves TLS (a "+tls" suffix: fence+tls,
-// fence@REV+tls); ok is false for the other systems.
-func fenceRev(name string) (rev string, tls, ok bool) {
-	name, tls = strings.CutSuffix(name, "+tls")
+// the working tree), and how it serves: suffixes "+tls" (TLS on every
+// port) and "+signed" (a token key: every grant signed), in any order, as
+// in fence+tls+signed; ok is false for the other systems.
+func fenceRev(name string) (rev string, how peers.FenceOptions, ok bool) {
+	for {
+		var cut bool
+		if name, cut = strings.CutSuffix(name, "+tls"); cut {
+			how.TLS = true
+		} else if name, cut = strings.CutSuffix(name, "+signed"); cut {
+			how.Signed = true
+		} else {
+			break
+		}
+	}
 	if name == "fence" {
-		return "", tls, true
+		return "", how, true
 	}
 	rev, ok = strings.CutPrefix(name, "fence@")
-	return rev, tls, ok && rev != ""
+	return rev, how, ok && rev != ""
 }
 
 func start(name, dir string, fenceBins map[string]string, self string) (system, error) {
 	const ttl = 10 * time.Second
-	if rev, tls, ok := fenceRev(name); ok {
-		return peers.StartFence(fenceBins[rev], dir, 3, 17300, ttl, tls)
+	if rev, how, ok := fenceRev(name); ok {
+		return peers.StartFence(fenceBins[rev], dir, 3, 17300, ttl, how)
 	}
 	switch name {
 	case "etcd":
@@ -151,7 +161,7 @@ func start(name, dir string, fenceBins map[string]string, self string) (system, 
 	case "redis-fsync":
 		return peers.StartRedis(dir, 17501, ttl, true)
 	}
-	return nil, fmt.Errorf("unknown system %q (fence, fence@REV, either with +tls, etcd, redis, redis-fsync)", name)
+	return nil, fmt.Errorf("unknown system %q (fence, fence@REV, either with +tls and/or +signed, etcd, redis, redis-fsync)", name)
 }
 
 // options are the command line's choices.
