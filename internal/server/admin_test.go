@@ -31,8 +31,17 @@ func TestAdminCallsNeedTheToken(t *testing.T) {
 	if _, err := n.cli.TransferLeader(ctx(t), &api.TransferLeaderRequest{}); code(err) != codes.Unauthenticated {
 		t.Fatalf("membership call without a token: %v", err)
 	}
+	noScheme := metadata.AppendToOutgoingContext(ctx(t), AdminHeader, "s3cret") // the token without "Bearer "
+	if _, err := n.cli.ForceRelease(noScheme, &api.ForceReleaseRequest{Name: "x"}); code(err) != codes.Unauthenticated {
+		t.Fatalf("the token without its scheme: %v", err)
+	}
 	if n.getLock("x").HolderOwner != "holder" {
 		t.Fatal("a refused admin call changed the lock")
+	}
+	// A client sends its identity's token first, then the admin token.
+	both := metadata.AppendToOutgoingContext(ctx(t), AdminHeader, "Bearer identity-token", AdminHeader, "Bearer s3cret")
+	if _, err := n.cli.TransferLeader(both, &api.TransferLeaderRequest{}); code(err) == codes.PermissionDenied || code(err) == codes.Unauthenticated {
+		t.Fatalf("the admin token after an identity's token: %v", err)
 	}
 	if _, err := n.cli.ForceRelease(with("s3cret"), &api.ForceReleaseRequest{RequestId: newReq(), Name: "x", Token: n.getLock("x").Token}); err != nil {
 		t.Fatalf("right token: %v", err)
