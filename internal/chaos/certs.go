@@ -3,6 +3,7 @@ package chaos
 import (
 	"crypto/tls"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -32,8 +33,16 @@ func newCerts(dir string) (*certs, error) {
 	if _, err := c.issue(pki.Client, "client", nil); err != nil {
 		return nil, err
 	}
+	if _, err := pki.CreateTokenKey(dir); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
+
+// tokenKey is the cluster's token key, which every member signs with;
+// tokenPub its public key, which the workers' tables verify with.
+func (c *certs) tokenKey() string { return filepath.Join(c.dir, pki.TokenKeyFile) }
+func (c *certs) tokenPub() string { return filepath.Join(c.dir, pki.TokenPubKeyFile) }
 
 // node issues member id's node certificate for host.
 func (c *certs) node(id, host string) (pki.Files, error) {

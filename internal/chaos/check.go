@@ -62,6 +62,9 @@ func check(ops []*Op, audits []nodeAudit, ttls map[uint64]time.Duration, outDir 
 		}
 	}
 	for _, o := range ops {
+		if o.Outcome == BadSignature {
+			r.add(Violation{Check: "every grant's signed token verifies for its lock", Detail: fmt.Sprintf("%s token %d: %s", o.Lock, o.Token, o.Err), Ops: []*Op{o}})
+		}
 		if o.Client == "final" && o.Kind == "acquire" && o.Outcome != OK {
 			r.add(Violation{Check: "every lock can be taken once the faults stop", Detail: fmt.Sprintf("%s: %s", o.Lock, o.Err), Ops: []*Op{o}})
 		}

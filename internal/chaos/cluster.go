@@ -38,14 +38,15 @@ type cluster struct {
 // serverFlags are the settings every run uses: no lock-delay (a paused
 // holder overlaps the next one at once, so only fencing saves the data),
 // short TTLs allowed, frequent snapshots (restores happen during the run),
-// an audit file per node, and TLS with the node's certificate.
-func serverFlags(n *node, bootstrap string, tls pki.Files) []string {
+// an audit file per node, TLS with the node's certificate, and the
+// cluster's token key (every grant signed).
+func serverFlags(n *node, bootstrap string, tls pki.Files, tokenKey string) []string {
 	return []string{"serve", "--node-id", n.id, "--data-dir", filepath.Join(n.dir, "data"),
 		"--grpc-addr", n.grpc, "--metrics-addr", n.metrics, "--raft-addr", n.host.IP + ":7302",
 		"--bootstrap", bootstrap, "--lock-delay", "0", "--min-ttl", "500ms",
 		"--snapshot-threshold", "300", "--trailing-logs", "200",
 		"--audit-file", filepath.Join(n.dir, "audit.jsonl"), "--log-level", "warn",
-		"--tls-ca", tls.CA, "--tls-cert", tls.Cert, "--tls-key", tls.Key}
+		"--tls-ca", tls.CA, "--tls-cert", tls.Cert, "--tls-key", tls.Key, "--token-key", tokenKey}
 }
 
 func newCluster(n int, binary, dir string, certs *certs) (*cluster, error) {
@@ -75,7 +76,7 @@ func newCluster(n int, binary, dir string, certs *certs) (*cluster, error) {
 			c.close()
 			return nil, err
 		}
-		nd.args = serverFlags(nd, strings.Join(peers, ","), files)
+		nd.args = serverFlags(nd, strings.Join(peers, ","), files, certs.tokenKey())
 		if err := nd.start(0); err != nil {
 			c.close()
 			return nil, err

@@ -187,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rdone := make(chan struct{})
 	go func() { defer close(rdone); rp.run(rctx, f.enabled[FaultReplay]) }()
 	for i := range cfg.Workers {
-		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.proxy.addrs, TLS: h.certs.client, PostgresURL: cfg.PostgresURL,
+		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.proxy.addrs, TLS: h.certs.client, TokenPub: h.certs.tokenPub(), PostgresURL: cfg.PostgresURL,
 			MySQLURL: cfg.MySQLURL, Stores: cfg.Stores, TTLs: TTLModes[i%len(TTLModes)],
 			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing,
 			History: filepath.Join(cfg.OutDir, fmt.Sprintf("w%d.history", i+1)), Seed: cfg.Seed*1000 + uint64(i)}}

@@ -61,6 +61,9 @@ const (
 	// Serialization: PostgreSQL refused the write of a REPEATABLE READ
 	// transaction (SQLSTATE 40001) and it was rolled back: no effect.
 	Serialization = "serialization"
+	// BadSignature: the row refused the grant's signed token (no effect);
+	// every grant's must verify for its lock, so each is a violation.
+	BadSignature = "bad-signature"
 )
 
 // Open reports whether the operation may take effect at any time after its call.

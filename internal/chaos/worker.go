@@ -30,10 +30,13 @@ const WorkerEnv = "FENCE_CHAOS_WORKER"
 
 // WorkerConfig configures one worker process.
 type WorkerConfig struct {
-	ID          string        // w1, w2, …
-	Incarnation int           // +1 each time the harness restarts it
-	Servers     []string      // every member's gRPC address
-	TLS         pki.Files     // the client certificate
+	ID          string    // w1, w2, …
+	Incarnation int       // +1 each time the harness restarts it
+	Servers     []string  // every member's gRPC address
+	TLS         pki.Files // the client certificate
+	// TokenPub is the cluster's token public key: with Fencing, the rows
+	// take only signed tokens of their lock (fencing.Table.UpdateSigned).
+	TokenPub    string
 	PostgresURL string        // the database with Table
 	MySQLURL    string        // the MariaDB database with Table too ("": PostgreSQL only)
 	Stores      []string      // the stores to write (default all)
@@ -127,7 +130,15 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 		if err != nil {
 			return err
 		}
-		t, err := fencing.NewTable(fencing.TableConfig{Dialect: d, Name: cfg.Table, Key: []string{"id"}})
+		tc := fencing.TableConfig{Dialect: d, Name: cfg.Table, Key: []string{"id"}}
+		if cfg.TokenPub != "" {
+			if tc.Verifier, err = fencing.LoadVerifier(cfg.TokenPub); err != nil {
+				db.Close()
+				return err
+			}
+			tc.LockName = func(k fencing.Key) string { return fmt.Sprintf("lock-%v", k[0]) }
+		}
+		t, err := fencing.NewTable(tc)
 		if err != nil {
 			db.Close()
 			return err
@@ -278,7 +289,7 @@ func (w *worker) critical(l *client.Lease, st *store, inTx bool, id int, name st
 	}
 	if w.cfg.Fencing {
 		claim := op("claim", tok, "")
-		if !w.dbResult(claim, w.timed(func(ctx context.Context) error { return st.table.Claim(ctx, st.db, tok, id) })) {
+		if !w.dbResult(claim, w.timed(func(ctx context.Context) error { return w.claim(ctx, st, l, id) })) {
 			return true
 		}
 	}
@@ -317,7 +328,7 @@ func (w *worker) critical(l *client.Lease, st *store, inTx bool, id int, name st
 	time.Sleep(time.Duration(w.rng.Int64N(int64(w.cfg.TTL / 2))))
 	believed := func(o *Op) { o.ValidUntil, o.Seen = valid, seen }
 	write := op("write", tok, strconv.FormatInt(value+1, 10), believed)
-	err := w.timed(func(ctx context.Context) error { return w.write(ctx, st, q, tok, id, value+1) })
+	err := w.timed(func(ctx context.Context) error { return w.write(ctx, st, q, l, id, value+1) })
 	if tx != nil {
 		if err != nil {
 			if !errors.Is(err, fencing.ErrStale) {
@@ -354,14 +365,27 @@ type noEffect struct{ err error }
 func (e *noEffect) Error() string { return "rolled back: " + e.err.Error() }
 func (e *noEffect) Unwrap() error { return e.err }
 
-// write stores the row's new value under the token: through the fencing
-// package, or, in the control run, with the same statement minus the check.
-func (w *worker) write(ctx context.Context, st *store, db fencing.DB, tok uint64, id int, value int64) error {
-	if w.cfg.Fencing {
-		return st.table.Update(ctx, db, tok, id, map[string]any{"value": value})
+// write stores the row's new value under the lease's grant: through the
+// fencing package (its signed token, when the rows take only those), or, in
+// the control run, with the same statement minus the check.
+func (w *worker) write(ctx context.Context, st *store, db fencing.DB, l *client.Lease, id int, value int64) error {
+	set := map[string]any{"value": value}
+	switch {
+	case !w.cfg.Fencing:
+		_, err := db.ExecContext(ctx, "UPDATE "+w.cfg.Table+" SET value = "+st.ph(1)+", fence = "+st.ph(2)+" WHERE id = "+st.ph(3), value, int64(l.Token()), id)
+		return err
+	case w.cfg.TokenPub != "":
+		return st.table.UpdateSigned(ctx, fencing.SQL(db), l.SignedToken(), id, set)
 	}
-	_, err := db.ExecContext(ctx, "UPDATE "+w.cfg.Table+" SET value = "+st.ph(1)+", fence = "+st.ph(2)+" WHERE id = "+st.ph(3), value, int64(tok), id)
-	return err
+	return st.table.Update(ctx, db, l.Token(), id, set)
+}
+
+// claim records the lease's grant on the row, committed on its own.
+func (w *worker) claim(ctx context.Context, st *store, l *client.Lease, id int) error {
+	if w.cfg.TokenPub != "" {
+		return st.table.UpdateSigned(ctx, fencing.SQL(st.db), l.SignedToken(), id, nil)
+	}
+	return st.table.Claim(ctx, st.db, l.Token(), id)
 }
 
 // dbResult records a fenced write's outcome and reports whether it went through.
@@ -378,6 +402,8 @@ func (w *worker) dbResult(o *Op, err error) bool {
 			o.Highest = uint64(se.Highest)
 		}
 		w.ret(o, Stale, err)
+	case errors.Is(err, fencing.ErrBadSignature):
+		w.ret(o, BadSignature, err) // refused before the database saw it
 	case errors.As(err, &ne) && errors.As(err, &pe) && pe.Code == "40001":
 		// PostgreSQL's REPEATABLE READ refusing a write to a row changed
 		// since the snapshot: the other way a stale write in a
