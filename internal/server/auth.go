@@ -202,15 +202,26 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	return handler(srv, &identifiedStream{ServerStream: ss, ctx: ctx})
 }
 
+// policyReloaded returns a channel that is closed at the next policy
+// reload (a queued Acquire is judged again then).
+func (s *Server) policyReloaded() <-chan struct{} {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.reloaded == nil {
+		s.reloaded = make(chan struct{})
+	}
+	return s.reloaded
+}
+
 // stillPermitted judges a message of a stream opened earlier (a renewal)
 // against the policy in force now: a reload that took the caller's rights
 // away stops its renewals, so its leases end within their TTL.
-func (s *Server) stillPermitted(ctx context.Context, method string) error {
+func (s *Server) stillPermitted(ctx context.Context, method string, req any) error {
 	p, c := s.policy.Load(), callerOf(ctx)
 	if p == nil || c.admin {
 		return nil
 	}
-	if err := s.permit(p, c.identity, method, nil); err != nil {
+	if err := s.permit(p, c.identity, method, req); err != nil {
 		return s.refused(ctx, method, c.identity, err)
 	}
 	return nil
@@ -246,6 +257,12 @@ func (s *Server) ReloadPolicy() error {
 	if err := s.loadPolicy(); err != nil {
 		return err
 	}
+	s.reloadMu.Lock()
+	if s.reloaded != nil {
+		close(s.reloaded)
+		s.reloaded = nil
+	}
+	s.reloadMu.Unlock()
 	s.log.Info("reloaded the policy", "file", s.cfg.PolicyFile)
 	return nil
 }

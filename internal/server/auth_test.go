@@ -329,3 +329,75 @@ func TestLeaseBelongsToItsCreator(t *testing.T) {
 }
 
 func rid(n byte) []byte { return append(make([]byte, 15), n) }
+
+// A reload that takes away an identity's right to a lock ends its queued
+// Acquire of that lock with PermissionDenied, and the lock is not handed to
+// it when the holder lets go; a queued Acquire the new policy still allows
+// keeps waiting and gets the lock.
+func TestPolicyReloadEndsQueuedAcquires(t *testing.T) {
+	doc := strings.Replace(testPolicy, "%s", policy.HashToken("cron-secret"), 1)
+	pc := startWithPolicy(t, doc)
+	ctx := t.Context()
+	ops, alice := pc.as("ops"), pc.as("alice")
+	held, err := ops.Lock(ctx, "a/queued")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := alice.Lock(ctx, "a/queued")
+		waited <- err
+	}()
+	waitQueued(t, ops, "a/queued", 1)
+	os.WriteFile(pc.policy, []byte(strings.Replace(doc, "prefixes: [a/]", "prefixes: [c/]", 1)), 0o600)
+	if err := pc.srv.ReloadPolicy(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		wantCode(t, "alice's queued Acquire after the reload", err, codes.PermissionDenied, "")
+	case <-time.After(10 * time.Second):
+		t.Fatal("alice's queued Acquire still waits 10 s after the reload took a/ from her")
+	}
+	waitQueued(t, ops, "a/queued", 0)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ops.Status(ctx, "a/queued"); err != nil || st.HolderLease != 0 {
+		t.Fatalf("a/queued after the holder let go: %+v, %v (want free)", st, err)
+	}
+
+	// Another reload, which keeps ops's rights: its queued Acquire stays.
+	held, err = alice.Lock(ctx, "c/queued")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := ops.Lock(ctx, "c/queued")
+		waited <- err
+	}()
+	waitQueued(t, alice, "c/queued", 1)
+	if err := pc.srv.ReloadPolicy(); err != nil {
+		t.Fatal(err)
+	}
+	held.Release(ctx)
+	if err := <-waited; err != nil {
+		t.Fatalf("ops's queued Acquire across a reload that kept its rights: %v", err)
+	}
+}
+
+// waitQueued waits until name has n waiters.
+func waitQueued(t *testing.T, c *client.Client, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := c.Status(t.Context(), name)
+		if err == nil && st.Waiters == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not %d waiters within 10 s (%+v, %v)", name, n, st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -44,6 +44,9 @@ type Server struct {
 	node    *node.Node
 	tls     *pki.Reloader                 // nil: plaintext (Config.Insecure)
 	policy  atomic.Pointer[policy.Policy] // nil: no policy file
+	// reloaded is closed at the next policy reload (policyReloaded).
+	reloadMu sync.Mutex
+	reloaded chan struct{}
 	// signer signs grants (nil: no token key); tokenKeyFile is its file.
 	signer       atomic.Pointer[fencing.Signer]
 	tokenKeyFile string

@@ -214,7 +214,7 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 		if err := v.leading(); err != nil && !(planted.DeposedRenewal && v.s.node.HasLed()) { // planted: a deposed leader goes on (the node answers from memory)
 			return err
 		}
-		if err := v.s.stillPermitted(ctx, api.Fence_KeepAlive_FullMethodName); err != nil {
+		if err := v.s.stillPermitted(ctx, api.Fence_KeepAlive_FullMethodName, nil); err != nil {
 			if err := enqueue(renewal{seq: req.GetSeq(), bad: err}); err != nil {
 				return err
 			}
@@ -339,11 +339,18 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		return v.s.granted(cmd.Name, res.Token, res.LeaseNumber), nil
 	}
 	for { // queued: wait for this call's grant or cancellation, the end of the lease, or the deadline
+		reloaded := v.s.policyReloaded()
 		if resp, done, err := v.waitOutcome(cmd); done {
 			return resp, err
 		}
 		select {
 		case <-wake:
+		case <-reloaded:
+			// A policy that no longer lets the caller take this lock
+			// ends the wait (leaveWait takes it out of the queue).
+			if err := v.s.stillPermitted(ctx, api.Fence_Acquire_FullMethodName, r); err != nil {
+				return nil, err
+			}
 		case <-ctx.Done():
 			return v.giveUp(ctx, cmd)
 		}
