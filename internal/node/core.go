@@ -117,7 +117,7 @@ type coreConfig struct {
 	// path; it must not block.
 	leadership func(leading bool)
 	// membersChanged is told the member list after it changed (apply path).
-	membersChanged func(members)
+	membersChanged func(members, removedSet)
 }
 
 // core is one raft group's node: the RawNode, the state machine it applies
@@ -128,6 +128,7 @@ type core struct {
 	cfg     coreConfig
 	rn      *raft.RawNode
 	members members
+	removed removedSet // members removed (and not added again), for the raft port
 	cs      *raftpb.ConfState
 	applied uint64
 	snapped uint64 // index of the last snapshot taken or restored
@@ -164,7 +165,7 @@ type snapshotJob struct {
 }
 
 func newCore(cfg coreConfig, boot []Member, idSeed uint64) (*core, error) {
-	c := &core{cfg: cfg, members: members{}, proposals: map[uint64]*request{}, reads: map[uint64][]*request{}, nextID: idSeed}
+	c := &core{cfg: cfg, members: members{}, removed: removedSet{}, proposals: map[uint64]*request{}, reads: map[uint64][]*request{}, nextID: idSeed}
 	snap, err := cfg.log.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
@@ -573,7 +574,7 @@ func (c *core) snapshotNow() {
 		return
 	}
 	c.snapshots = append(c.snapshots, snapshotJob{index: c.applied, cs: proto.Clone(c.cs).(*raftpb.ConfState),
-		data: encodeSnapshot(c.members, c.cfg.sm.snapshot())})
+		data: encodeSnapshot(c.members, c.removed, c.cfg.sm.snapshot())})
 	c.snapped = c.applied
 }
 
@@ -634,12 +635,16 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 			if err == nil && mc.ID == ch.GetNodeId() {
 				c.members[mc.ID] = mc.Member
+				delete(c.removed, mc.ID) // added again
 			}
 		case raftpb.ConfChangeRemoveNode:
+			if m, ok := c.members[ch.GetNodeId()]; ok {
+				c.removed[m.ID] = m.Name
+			}
 			delete(c.members, ch.GetNodeId())
 		}
 	}
-	c.cfg.membersChanged(c.members)
+	c.cfg.membersChanged(c.members, c.removed)
 	if i := slices.Index(c.changes, mc.Proposal); mc.Proposal != 0 && i >= 0 {
 		c.changes = slices.Delete(c.changes, i, i+1)
 	}
@@ -681,18 +686,18 @@ func (c *core) renewFromMemory(req *request) bool {
 
 // restore replaces the state machine and member list with a snapshot's.
 func (c *core) restore(snap *raftpb.Snapshot) error {
-	ms, state, err := decodeSnapshot(snap.GetData())
+	ms, removed, state, err := decodeSnapshot(snap.GetData())
 	if err != nil {
 		return fmt.Errorf("snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
 	if err := c.cfg.sm.restore(state); err != nil {
 		return fmt.Errorf("snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
-	c.members = ms
+	c.members, c.removed = ms, removed
 	c.cs = snap.GetMetadata().GetConfState()
 	c.applied = snap.GetMetadata().GetIndex()
 	c.snapped = c.applied
-	c.cfg.membersChanged(c.members)
+	c.cfg.membersChanged(c.members, c.removed)
 	return nil
 }
 

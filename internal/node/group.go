@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,8 @@ type group struct {
 	status atomic.Pointer[groupStatus]
 	mu     sync.Mutex
 	ms     []Member // guarded by mu: the member list, for readers off the loop
+	// removed is guarded by mu: the removed members, for the raft port.
+	removed removedSet
 
 	stop     chan struct{}
 	failed   chan struct{} // closed when a log write failed: the node stops
@@ -283,13 +286,14 @@ func (g *group) tryControl(f func(*core)) {
 	}
 }
 
-// setMembers records the member list and points the transport at it.
-// Called on the loop (and once before it starts).
-func (g *group) setMembers(ms members) {
+// setMembers records the member list and the removed members and points
+// the transport at the members. Called on the loop (and once before it
+// starts).
+func (g *group) setMembers(ms members, removed removedSet) {
 	list := ms.sorted()
 	g.mu.Lock()
 	old := g.ms
-	g.ms = list
+	g.ms, g.removed = list, maps.Clone(removed)
 	g.mu.Unlock()
 	if g.trans == nil {
 		return
@@ -306,11 +310,13 @@ func (g *group) setMembers(ms members) {
 	}
 }
 
-// isMember reports whether id is in the member list (a voter or a learner).
-func (g *group) isMember(id uint64) bool {
+// isRemoved reports whether id was removed from the group (and not added
+// again since).
+func (g *group) isRemoved(id uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.ContainsFunc(g.ms, func(m Member) bool { return m.ID == id })
+	_, gone := g.removed[id]
+	return gone
 }
 
 // memberList returns the members, sorted by name.

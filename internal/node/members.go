@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/x509"
 	"encoding/binary"
@@ -32,19 +33,22 @@ func RaftID(name string) uint64 {
 	return 1
 }
 
-// authorizePeer admits raft traffic over TLS only from a member, as this
-// node knows the membership, and only under the name its certificate
-// names: a node certificate's common name is the member's name
-// (--node-id), so one member's certificate cannot speak for another, and
-// a removed member's cannot speak at all. The transport asks at every
-// batch, so a member's open stream ends with its removal.
+// authorizePeer admits raft traffic over TLS only under the name its
+// certificate names — a node certificate's common name is the member's
+// name (--node-id), so one member's certificate cannot speak for another —
+// and never from a removed member, so a removed member's certificate
+// cannot speak at all. The transport asks at every batch and snapshot, so
+// a member's open stream ends with its removal. A name this node has never
+// seen in the membership is admitted: a member being added, or one added
+// while this node was behind (it can only catch up from the leader, which
+// may be such a member); raft itself takes no vote from a non-member.
 func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	name := cert.Subject.CommonName
 	if id := RaftID(name); id != from {
 		return fmt.Errorf("its certificate is member %q's (raft id %d), but it speaks as raft id %d: give each member a node certificate made for its own --node-id ('fence certs create-node ID')", name, id, from)
 	}
-	if !g.isMember(from) {
-		return fmt.Errorf("%q (raft id %d) is not a member of this cluster as this node knows it: a removed member, or one being added that this node has not applied yet ('fence members add' first)", name, from)
+	if g.isRemoved(from) {
+		return fmt.Errorf("%q (raft id %d) was removed from this cluster: a removed member's certificate no longer talks raft (to come back, it joins again with 'fence serve --join' after 'fence members add')", name, from)
 	}
 	return nil
 }
@@ -84,36 +88,77 @@ func byName(a, b Member) int { return cmp.Compare(a.Name, b.Name) }
 
 // A snapshot's data is the member list and the state machine's snapshot:
 // snapshotMagic, a uvarint length and the members as JSON, then the state.
-const snapshotMagic = "fence-snap-1\n"
+// snapshotMagicRemoved adds, after the members, a uvarint length and the
+// names of the removed members as JSON (the raft port refuses them); it is
+// written only when a member has been removed, so a cluster that never
+// removed one writes what an older fence reads.
+const (
+	snapshotMagic        = "fence-snap-1\n"
+	snapshotMagicRemoved = "fence-snap-2\n"
+)
 
 var errSnapshotFormat = errors.New("not a fence snapshot of this format")
 
-func encodeSnapshot(ms members, state []byte) []byte {
+// removedSet is the names of removed members, by raft id.
+type removedSet map[uint64]string
+
+func encodeSnapshot(ms members, removed removedSet, state []byte) []byte {
 	list, _ := json.Marshal(ms.sorted()) // plain strings: cannot fail
-	b := make([]byte, 0, len(snapshotMagic)+binary.MaxVarintLen64+len(list)+len(state))
-	b = append(b, snapshotMagic...)
+	magic := snapshotMagic
+	var gone []byte
+	if len(removed) > 0 {
+		magic = snapshotMagicRemoved
+		gone, _ = json.Marshal(slices.Sorted(maps.Values(removed)))
+	}
+	b := make([]byte, 0, len(magic)+2*binary.MaxVarintLen64+len(list)+len(gone)+len(state))
+	b = append(b, magic...)
 	b = binary.AppendUvarint(b, uint64(len(list)))
 	b = append(b, list...)
+	if gone != nil {
+		b = binary.AppendUvarint(b, uint64(len(gone)))
+		b = append(b, gone...)
+	}
 	return append(b, state...)
 }
 
-func decodeSnapshot(b []byte) (members, []byte, error) {
-	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, nil, errSnapshotFormat
+func decodeSnapshot(b []byte) (members, removedSet, []byte, error) {
+	withRemoved := bytes.HasPrefix(b, []byte(snapshotMagicRemoved))
+	if !withRemoved && !bytes.HasPrefix(b, []byte(snapshotMagic)) {
+		return nil, nil, nil, errSnapshotFormat
 	}
-	b = b[len(snapshotMagic):]
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return nil, nil, fmt.Errorf("%w: bad member list length", errSnapshotFormat)
+	b = b[len(snapshotMagic):] // both magics have one length
+	field := func(what string, into any) error {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return fmt.Errorf("%w: bad %s length", errSnapshotFormat, what)
+		}
+		if err := json.Unmarshal(b[k:k+int(n)], into); err != nil {
+			return fmt.Errorf("%w: %s: %v", errSnapshotFormat, what, err)
+		}
+		b = b[k+int(n):]
+		return nil
 	}
 	var list []Member
-	if err := json.Unmarshal(b[k:k+int(n)], &list); err != nil {
-		return nil, nil, fmt.Errorf("%w: member list: %v", errSnapshotFormat, err)
+	if err := field("member list", &list); err != nil {
+		return nil, nil, nil, err
 	}
 	ms := members{}
 	for _, m := range list {
 		m.ID = RaftID(m.Name)
 		ms[m.ID] = m
 	}
-	return ms, b[k+int(n):], nil
+	removed := removedSet{}
+	if withRemoved {
+		var names []string
+		if err := field("removed members", &names); err != nil {
+			return nil, nil, nil, err
+		}
+		if len(names) == 0 {
+			return nil, nil, nil, fmt.Errorf("%w: a removed-members snapshot without removed members", errSnapshotFormat)
+		}
+		for _, name := range names {
+			removed[RaftID(name)] = name
+		}
+	}
+	return ms, removed, b, nil
 }

@@ -314,7 +314,7 @@ func newAsyncBenchNode(id uint64, log Log, peers []uint64) *asyncBenchNode {
 		id: id, log: log, sm: sm, electionTick: 10, heartbeatTick: 1,
 		snapshotThreshold: math.MaxUint64, // no snapshots in either mode
 		logger:            benchLogger, raftLogLevel: benchRaftLog.min,
-		leadership: func(bool) {}, membersChanged: func(members) {},
+		leadership: func(bool) {}, membersChanged: func(members, removedSet) {},
 	}, boot, id) // proposal ids: distinct per node, as readyBenchNode's
 	if err != nil {
 		panic(err) // a fresh store and a fixed config: cannot fail

@@ -169,9 +169,9 @@ func (n *Node) open() error {
 		electionTick: 10, heartbeatTick: max(1, int(cfg.HeartbeatTimeout/tick)),
 		snapshotThreshold: cfg.SnapshotThreshold, trailing: cfg.TrailingLogs, logger: n.log, raftLogLevel: cfg.RaftLogLevel,
 		leadership: func(leading bool) { n.leadership(leading) },
-		membersChanged: func(ms members) {
+		membersChanged: func(ms members, removed removedSet) {
 			if g != nil {
-				g.setMembers(ms)
+				g.setMembers(ms, removed)
 			}
 		},
 	}, boot, randomUint64())
@@ -181,7 +181,7 @@ func (n *Node) open() error {
 	n.proposer = newProposer(cfg.MaxBatch, cfg.Metrics)
 	g = newGroup(c, n.proposer, tick)
 	n.group = g
-	g.setMembers(c.members)
+	g.setMembers(c.members, c.removed)
 
 	lis := cfg.RaftListener
 	if lis == nil {

@@ -147,7 +147,7 @@ func (s *sim) start(n *simNode, boot []Member) {
 	c, err := newCore(coreConfig{id: n.id, log: n.log, sm: n.rep, electionTick: 10, heartbeatTick: 1,
 		snapshotThreshold: 40, trailing: 5, logger: discard, raftLogLevel: slog.LevelError + 100,
 		leadership:     func(leading bool) { s.logf("%s leading=%v", n.name, leading) },
-		membersChanged: func(members) {}}, boot, s.rng.Uint64())
+		membersChanged: func(members, removedSet) {}}, boot, s.rng.Uint64())
 	if err != nil {
 		s.check.fail("%s does not start: %v", n.name, err)
 		return

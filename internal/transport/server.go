@@ -28,6 +28,10 @@ const (
 	// peer retries every few seconds).
 	refusalLogEvery = 30 * time.Second
 
+	// snapshotIdleTimeout is how long a snapshot stream may be silent
+	// between two chunks.
+	snapshotIdleTimeout = 30 * time.Second
+
 	// readBufBytes is each connection's read buffer.
 	readBufBytes = 64 << 10
 )
@@ -163,10 +167,9 @@ func (r *receiver) receiveSnapshotConn(c net.Conn, br *bufio.Reader, bw *bufio.W
 		if len(raw) == 0 {
 			return nil, io.EOF // the end of the chunks
 		}
-		if first {
-			first = false
-			_ = c.SetReadDeadline(time.Time{}) // a large snapshot takes what it takes
-		}
+		first = false
+		// A large snapshot takes what it takes, but its chunks keep coming.
+		_ = c.SetReadDeadline(time.Now().Add(snapshotIdleTimeout))
 		ch := new(transportpb.SnapshotChunk)
 		if err := proto.Unmarshal(raw, ch); err != nil {
 			return nil, status.Error(codes.InvalidArgument, "a frame of the snapshot stream is no SnapshotChunk")
@@ -177,6 +180,10 @@ func (r *receiver) receiveSnapshotConn(c net.Conn, br *bufio.Reader, bw *bufio.W
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	// Judged again at the end: the sender may have been removed meanwhile.
+	if _, err := r.admit(c, m.GetFrom()); err != nil {
 		return err
 	}
 	meta := m.GetSnapshot().GetMetadata()
