@@ -41,7 +41,7 @@ func BenchmarkTableUpdate(b *testing.B) {
 			})
 			signedTable := func(b *testing.B) *fencing.Table {
 				t, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"},
-					Verifier: newVerifier(b, pub), LockName: func(fencing.Key) string { return "row/1" }})
+					Verifier: newVerifier(b, pub), LockName: func([]string) string { return "row/1" }})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -26,6 +27,18 @@ type Dialect struct {
 	// MySQL's is @@timestamp (the statement's start), which, unlike
 	// UNIX_TIMESTAMP(NOW(6)), does not depend on the session's time zone.
 	nowMicros string
+	// exactText is the SQL for a column's value as text, compared byte for
+	// byte: a signed write matches its row only where the stored key reads
+	// exactly as the text its lock name was computed from (the database's
+	// own equality would let "01" select row 1, or 'A' select 'a' under a
+	// case-insensitive collation).
+	exactText func(col string) string
+	// keyType is the column type of the string keys of the tables this
+	// package creates (the ledger's action keys, SQLStore's resource keys):
+	// compared byte for byte, as the lock names they map to are. MySQL's
+	// VARCHAR compares under a collation that ignores case and trailing
+	// spaces ('Carts ' = 'carts'), so there it is VARBINARY.
+	keyType string
 }
 
 // The supported databases.
@@ -33,15 +46,18 @@ var (
 	// Postgres: PostgreSQL, through database/sql (pgx's stdlib driver, lib/pq) or pgx (package fencingpgx).
 	Postgres = &Dialect{name: "postgres", placeholder: func(n int) string { return "$" + strconv.Itoa(n) }, quoteChar: `"`,
 		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2`,
-		lockRead:    " FOR UPDATE", nowMicros: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"}
+		lockRead:    " FOR UPDATE", nowMicros: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
+		exactText: func(col string) string { return "CAST(" + col + ` AS TEXT) COLLATE "C"` }, keyType: "VARCHAR(255)"}
 	// MySQL: MySQL and MariaDB (go-sql-driver/mysql).
 	MySQL = &Dialect{name: "mysql", placeholder: func(int) string { return "?" }, quoteChar: "`",
 		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`,
-		lockRead:    " FOR UPDATE", nowMicros: "CAST(@@timestamp * 1000000 AS SIGNED)"}
+		lockRead:    " FOR UPDATE", nowMicros: "CAST(@@timestamp * 1000000 AS SIGNED)",
+		exactText: func(col string) string { return "CAST(" + col + " AS BINARY)" }, keyType: "VARBINARY(255)"}
 	// SQLite (modernc.org/sqlite, mattn/go-sqlite3).
 	SQLite = &Dialect{name: "sqlite", placeholder: func(int) string { return "?" }, quoteChar: `"`,
 		columnQuery: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`,
-		nowMicros:   "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"}
+		nowMicros:   "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
+		exactText:   func(col string) string { return "CAST(" + col + " AS TEXT) COLLATE BINARY" }, keyType: "VARCHAR(255)"}
 )
 
 func (d *Dialect) String() string { return d.name }
@@ -54,6 +70,26 @@ func (d *Dialect) onConflictDoNothing(keyColumn string) string {
 		return " ON DUPLICATE KEY UPDATE " + keyColumn + " = " + keyColumn
 	}
 	return " ON CONFLICT (" + keyColumn + ") DO NOTHING"
+}
+
+// binaryKey makes a string key column of a table this package created
+// compare byte for byte: on MySQL a VARCHAR made by an earlier version
+// becomes VARBINARY (its bytes are kept). Elsewhere VARCHAR already does.
+func (d *Dialect) binaryKey(ctx context.Context, r Runner, table, quotedTable, column string) error {
+	if d != MySQL {
+		return nil
+	}
+	n, _, err := r.QueryInt64(ctx, `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ? AND data_type <> 'varbinary'`, table, column)
+	if err != nil {
+		return fmt.Errorf("fencing: look at %s.%s: %w", table, column, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := r.Exec(ctx, "ALTER TABLE "+quotedTable+" MODIFY "+column+" "+d.keyType+" NOT NULL"); err != nil {
+		return fmt.Errorf("fencing: make %s.%s compare byte for byte (VARBINARY): %w", table, column, err)
+	}
+	return nil
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -37,7 +37,7 @@ func Example_signedTokens() {
 
 	// Row 77 may be written by holders of the lock "totals/77" only.
 	totals, _ := fencing.NewTable(fencing.TableConfig{Dialect: fencing.SQLite, Name: "totals", Key: []string{"restaurant_id"},
-		Verifier: verifier, LockName: func(k fencing.Key) string { return fmt.Sprintf("totals/%v", k[0]) }})
+		Verifier: verifier, LockName: func(k []string) string { return "totals/" + k[0] }})
 
 	grant77, _ := server.Sign(fencing.Grant{Name: "totals/77", Token: 34, Lease: 5})
 	fmt.Println("grant of totals/77:", totals.UpdateSigned(ctx, fencing.SQL(db), grant77, 77, map[string]any{"amount": 42000}))

@@ -80,6 +80,7 @@ func Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
 			}
 			var err error
 			if token, err = cfg.Verifier.VerifyFor(raw, name, key); err != nil {
+				observeRefusal(cfg.Observer, "http", Enforce, err)
 				writeJSON(w, http.StatusForbidden, map[string]any{"error": err.Error(), "resource": key})
 				return
 			}
@@ -96,6 +97,7 @@ func Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
 		highest, ok, err := cfg.Store.Advance(r.Context(), key, token, cfg.Limit)
 		var tooHigh *TooHighError
 		if errors.As(err, &tooHigh) {
+			observeRefusal(cfg.Observer, "http", Enforce, err)
 			writeJSON(w, http.StatusBadRequest, map[string]any{
 				"error":    fmt.Sprintf("fencing token %d is above the limit %d for %s: no lock grant issued it", token, tooHigh.Ceiling, key),
 				"resource": key, "offered": token, "ceiling": tooHigh.Ceiling})
@@ -200,11 +202,16 @@ func NewSQLStore(d *Dialect, db DB, table string) (*SQLStore, error) {
 	return &SQLStore{db: db, table: t}, nil
 }
 
-// EnsureTable creates the store's table if it does not exist.
+// EnsureTable creates the store's table if it does not exist, with
+// resource keys compared byte for byte (on MySQL, it turns the VARCHAR of a
+// table made by an earlier version into VARBINARY).
 func (s *SQLStore) EnsureTable(ctx context.Context) error {
-	_, err := s.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+s.table.name+
-		" (resource_key VARCHAR(255) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0)")
-	return err
+	d := s.table.cfg.Dialect
+	if _, err := s.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+s.table.name+
+		" (resource_key "+d.keyType+" NOT NULL PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0)"); err != nil {
+		return err
+	}
+	return d.binaryKey(ctx, sqlRunner{s.db}, unqualified(s.table.cfg.Name), s.table.name, "resource_key")
 }
 
 // Advance implements TokenStore with one guarded update (and an insert for a

@@ -107,10 +107,13 @@ func NewLedger(d *Dialect, table string) (*Ledger, error) {
 // "started" claims then count as old: a higher token may reclaim them).
 func (l *Ledger) EnsureTable(ctx context.Context, db DB) error {
 	_, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+l.table+
-		" (action_key VARCHAR(255) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, state VARCHAR(16) NOT NULL, detail VARCHAR(1000),"+
+		" (action_key "+l.d.keyType+" NOT NULL PRIMARY KEY, token BIGINT NOT NULL, state VARCHAR(16) NOT NULL, detail VARCHAR(1000),"+
 		" started_at BIGINT NOT NULL DEFAULT 0)")
 	if err != nil {
 		return fmt.Errorf("fencing: create ledger %s: %w", l.table, err)
+	}
+	if err := l.d.binaryKey(ctx, sqlRunner{db}, unqualified(l.name), l.table, "action_key"); err != nil {
+		return err
 	}
 	return addColumn(ctx, sqlRunner{db}, l.d, l.name, l.table, "started_at", l.d.quoteChar+"started_at"+l.d.quoteChar)
 }

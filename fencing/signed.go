@@ -241,9 +241,11 @@ func (v *Verifier) verify(signed string) (Grant, error) {
 	if len(signed) > MaxSignedTokenLen {
 		return Grant{}, fmt.Errorf("%d characters, more than a signed token has (%d)", len(signed), MaxSignedTokenLen)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(signed)
-	if err != nil {
-		return Grant{}, errors.New("not a signed token (not URL-safe base64)")
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(signed)
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != signed {
+		// Strict refuses stray trailing bits; the comparison also refuses
+		// the line breaks the decoder skips: one grant, one text.
+		return Grant{}, errors.New("not a signed token (not URL-safe base64 in its one canonical form)")
 	}
 	if len(raw) < signedHeader+ed25519.SignatureSize {
 		return Grant{}, errors.New("too short for a signed token")

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -108,11 +107,13 @@ func TestSignedRefusals(t *testing.T) {
 	v2[0] = 2
 	cases := []struct{ name, signed, lock, want string }{
 		{"empty", "", "orders/1", "no signed token"},
-		{"plain number", "42", "orders/1", "too short"},
+		{"plain number", "42", "orders/1", "canonical form"},
+		{"short", reencode(raw[:40]), "orders/1", "too short"},
+		{"line break", good[:10] + "\n" + good[10:], "orders/1", "canonical form"},
 		{"not base64", "!!!" + good[3:], "orders/1", "not URL-safe base64"},
 		{"too long", strings.Repeat("A", fencing.MaxSignedTokenLen+1), "orders/1", "more than a signed token has"},
 		{"longest", strings.Repeat("A", fencing.MaxSignedTokenLen), "orders/1", "version 0"},
-		{"truncated", good[:len(good)-4], "orders/1", "length does not match"},
+		{"truncated", reencode(raw[:len(raw)-3]), "orders/1", "length does not match"},
 		{"extended", reencode(append(bytes.Clone(raw), 0)), "orders/1", "length does not match"},
 		{"unknown version", reencode(v2), "orders/1", "version 2"},
 		{"another key", sign(t, other, "orders/1", 42), "orders/1", "which this verifier does not have"},
@@ -246,7 +247,7 @@ func TestTableSigned(t *testing.T) {
 		pub, s := newKey(t)
 		_, attacker := newKey(t)
 		h, plain, name := setup(t, db)
-		lockName := func(k fencing.Key) string { return fmt.Sprintf("totals/%v", k[0]) }
+		lockName := func(k []string) string { return "totals/" + k[0] }
 		tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"},
 			Verifier: newVerifier(t, pub), LockName: lockName, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
@@ -327,7 +328,7 @@ func TestMiddlewareSigned(t *testing.T) {
 		t.Fatalf("valid signed token: %d %s", code, msg)
 	}
 	for _, c := range []struct{ name, path, token, want string }{
-		{"plain", "/carts/1", "11", "too short"},
+		{"plain", "/carts/1", "11", "canonical form"},
 		{"forged", "/carts/1", sign(t, attacker, "api/carts/1", 1<<62), "does not have"},
 		{"another lock", "/carts/2", sign(t, s, "api/carts/1", 12), "issued for lock"},
 	} {

@@ -59,6 +59,22 @@ type Observer interface {
 	Stale(table string, mode Mode, offered, highest Token)
 }
 
+// RefusalObserver is an Observer that is also told of every write refused
+// (Enforce) or let through (Observe) for what its token is rather than its
+// age: above the Limit (err matches ErrTooHigh) or a signed token refused
+// (ErrBadSignature). fencingmetrics.Observer implements it.
+type RefusalObserver interface {
+	Observer
+	Refused(table string, mode Mode, err error)
+}
+
+// observeRefusal tells o of a refusal if it listens for them.
+func observeRefusal(o Observer, table string, mode Mode, err error) {
+	if ro, ok := o.(RefusalObserver); ok {
+		ro.Refused(table, mode, err)
+	}
+}
+
 // TableConfig describes a table whose rows carry a fence column.
 type TableConfig struct {
 	Dialect *Dialect // required: Postgres, MySQL or SQLite
@@ -78,9 +94,13 @@ type TableConfig struct {
 	// plain token, a forged or altered one, or one for another lock is
 	// refused with an error matching ErrBadSignature and changes nothing.
 	Verifier *Verifier
-	// LockName returns the lock whose holders may write the row with this
-	// key (e.g. "totals/77" for key 77). Required with Verifier.
-	LockName func(key Key) string
+	// LockName returns the lock whose holders may write the row whose key
+	// columns read as key, as text, in the order of Key (e.g. "totals/77"
+	// for ["77"]). Required with Verifier. A signed write matches its row
+	// only if the stored key reads exactly so (an integer column: "77",
+	// never "077" or "77.0"; a text column: byte for byte, whatever the
+	// collation), so pass key values of integer or string types, as stored.
+	LockName func(key []string) string
 }
 
 // Table performs guarded writes on one table. Safe for concurrent use.
@@ -226,18 +246,30 @@ type credential struct {
 
 // tokenOf returns the token c stands for on the row with keys: a plain
 // token as is, where the table takes plain tokens; a signed one once
-// verified for the row's lock.
-func (t *Table) tokenOf(c credential, keys []any) (Token, error) {
+// verified for the row's lock, with the key's text that lock was named
+// from (which the row's stored key must match exactly).
+func (t *Table) tokenOf(c credential, keys []any) (_ Token, exact []string, _ error) {
 	switch v := t.cfg.Verifier; {
 	case !c.isSigned && v == nil:
-		return c.token, nil
+		return c.token, nil, nil
 	case !c.isSigned:
-		return 0, &SignatureError{Resource: t.cfg.Name, Reason: "a plain token, and this table takes signed tokens only (TableConfig.Verifier): pass Lease.SignedToken to UpdateSigned"}
+		return 0, nil, &SignatureError{Resource: t.cfg.Name, Reason: "a plain token, and this table takes signed tokens only (TableConfig.Verifier): pass Lease.SignedToken to UpdateSigned"}
 	case v == nil:
-		return 0, fmt.Errorf("fencing: table %s has no Verifier to check a signed token: set TableConfig.Verifier and LockName", t.cfg.Name)
-	default:
-		return v.VerifyFor(c.signed, t.cfg.LockName(Key(keys)), t.cfg.Name)
+		return 0, nil, fmt.Errorf("fencing: table %s has no Verifier to check a signed token: set TableConfig.Verifier and LockName", t.cfg.Name)
 	}
+	exact = make([]string, len(keys))
+	for i, k := range keys {
+		switch k := k.(type) {
+		case string:
+			exact[i] = k
+		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+			exact[i] = fmt.Sprint(k)
+		default:
+			return 0, nil, fmt.Errorf("fencing: table %s: a signed write needs key values of integer or string types (its lock is named from their text), got %T", t.cfg.Name, k)
+		}
+	}
+	token, err := t.cfg.Verifier.VerifyFor(c.signed, t.cfg.LockName(exact), t.cfg.Name)
+	return token, exact, err
 }
 
 // maxBigint is the highest token a BIGINT fence column holds.
@@ -257,7 +289,7 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 	if mode == Off {
 		return t.plainWrite(ctx, r, keys, cols, set)
 	}
-	token, err := t.tokenOf(c, keys)
+	token, exact, err := t.tokenOf(c, keys)
 	var bad *SignatureError
 	if errors.As(err, &bad) {
 		return t.refuse(ctx, r, mode, keys, cols, set, err)
@@ -277,6 +309,7 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 	}
 	q.text(t.fence, " = ").arg(int64(token))
 	t.where(q, keys)
+	t.whereExact(q, exact)
 	q.text(" AND ", t.fence, " <= ").arg(int64(token))
 	if limit.MaxJump != 0 && token > limit.MaxJump {
 		// Not far above the fence, unless no token has written the row yet.
@@ -300,6 +333,11 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 		}
 		if !found {
 			return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
+		}
+		if exact != nil {
+			if err := t.checkExact(ctx, r, keys, exact); err != nil {
+				return err
+			}
 		}
 		if Token(stored) > token {
 			break
@@ -335,6 +373,7 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 // returns err; Observe logs it and writes without recording the token, so
 // the fence column is never raised past every real token.
 func (t *Table) refuse(ctx context.Context, r Runner, mode Mode, keys []any, cols []column, set map[string]any, err error) error {
+	observeRefusal(t.cfg.Observer, t.cfg.Name, mode, err)
 	if mode == Enforce {
 		return err
 	}
@@ -387,6 +426,35 @@ func (t *Table) storedFence(ctx context.Context, r Runner, keys []any) (int64, b
 		return 0, false, fmt.Errorf("fencing: read %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
 	}
 	return v, found, nil
+}
+
+// whereExact adds, for a signed write, that the row's stored key reads
+// exactly as the text its lock was named from.
+func (t *Table) whereExact(q *query, exact []string) {
+	if exact == nil {
+		return // a plain token
+	}
+	for i, k := range t.key {
+		q.text(" AND ", t.cfg.Dialect.exactText(k), " = ").arg(exact[i])
+	}
+}
+
+// checkExact tells a row whose stored key reads otherwise than exact (so
+// a signed write did not match it) from a stale write.
+func (t *Table) checkExact(ctx context.Context, r Runner, keys []any, exact []string) error {
+	q := &query{d: t.cfg.Dialect}
+	q.text("SELECT 1 FROM ", t.name)
+	t.where(q, keys)
+	t.whereExact(q, exact)
+	_, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return fmt.Errorf("fencing: read %s: %w", t.cfg.Name, err)
+	}
+	if !found {
+		return &SignatureError{Resource: t.cfg.Name, Reason: fmt.Sprintf(
+			"the key %q is not the row's key as the database stores it (its lock is named from the key's text, so pass the key exactly as stored)", exact)}
+	}
+	return nil
 }
 
 func (t *Table) where(q *query, keys []any) {
@@ -501,13 +569,18 @@ func (t *Table) EnsureColumnVia(ctx context.Context, r Runner) error {
 	return addColumn(ctx, r, t.cfg.Dialect, t.cfg.Name, t.name, t.cfg.FenceColumn, t.fence)
 }
 
+// unqualified is a table's name without its schema.
+func unqualified(table string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return table[i+1:]
+	}
+	return table
+}
+
 // addColumn adds column (BIGINT NOT NULL DEFAULT 0) to table if it lacks it;
 // quotedTable and quotedColumn are their quoted forms.
 func addColumn(ctx context.Context, r Runner, d *Dialect, table, quotedTable, column, quotedColumn string) error {
-	tableName := table
-	if i := strings.LastIndexByte(tableName, '.'); i >= 0 {
-		tableName = tableName[i+1:]
-	}
+	tableName := unqualified(table)
 	has := func() (bool, error) {
 		n, _, err := r.QueryInt64(ctx, d.columnQuery, tableName, column)
 		return n > 0, err
