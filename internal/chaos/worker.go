@@ -136,7 +136,7 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 				db.Close()
 				return err
 			}
-			tc.LockName = func(k fencing.Key) string { return fmt.Sprintf("lock-%v", k[0]) }
+			tc.LockName = func(k []string) string { return "lock-" + k[0] }
 		}
 		t, err := fencing.NewTable(tc)
 		if err != nil {

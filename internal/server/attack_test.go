@@ -362,7 +362,7 @@ func signedTable(t *testing.T, v *fencing.Verifier, lock string) (*fencing.Table
 		t.Fatal(err)
 	}
 	tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: fencing.SQLite, Name: "totals", Key: []string{"id"},
-		Verifier: v, LockName: func(fencing.Key) string { return lock }})
+		Verifier: v, LockName: func([]string) string { return lock }})
 	if err != nil {
 		t.Fatal(err)
 	}
