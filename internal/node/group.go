@@ -310,6 +310,13 @@ func (g *group) setMembers(ms members, removed removedSet) {
 	}
 }
 
+// isMember reports whether id is in the member list (a voter or a learner).
+func (g *group) isMember(id uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.ContainsFunc(g.ms, func(m Member) bool { return m.ID == id })
+}
+
 // isRemoved reports whether id was removed from the group (and not added
 // again since).
 func (g *group) isRemoved(id uint64) bool {

@@ -11,6 +11,8 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
+
+	"go.etcd.io/raft/v3"
 )
 
 // Member is one node of the raft group as fence knows it: its name (the
@@ -36,12 +38,13 @@ func RaftID(name string) uint64 {
 // authorizePeer admits raft traffic over TLS only under the name its
 // certificate names — a node certificate's common name is the member's
 // name (--node-id), so one member's certificate cannot speak for another —
-// and never from a removed member, so a removed member's certificate
-// cannot speak at all. The transport asks at every batch and snapshot, so
-// a member's open stream ends with its removal. A name this node has never
-// seen in the membership is admitted: a member being added, or one added
-// while this node was behind (it can only catch up from the leader, which
-// may be such a member); raft itself takes no vote from a non-member.
+// never from a removed member, and otherwise only from a member, as this
+// node knows the membership, or from the leader this node follows. The
+// transport asks at every batch and at a snapshot's end, so a member's open
+// stream ends with its removal. A node without a leader hears from names it
+// does not know: a joiner knows no members until it has caught up, and a
+// member that was away while the leader was added can only catch up from
+// that leader; once it follows one, everyone else must be a member.
 func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	name := cert.Subject.CommonName
 	if id := RaftID(name); id != from {
@@ -50,7 +53,13 @@ func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	if g.isRemoved(from) {
 		return fmt.Errorf("%q (raft id %d) was removed from this cluster: a removed member's certificate no longer talks raft (to come back, it joins again with 'fence serve --join' after 'fence members add')", name, from)
 	}
-	return nil
+	if g.isMember(from) {
+		return nil
+	}
+	if st := g.status.Load(); st == nil || st.lead == raft.None || st.lead == from {
+		return nil
+	}
+	return fmt.Errorf("%q (raft id %d) is not a member of this cluster as this node knows it ('fence members add' it first, then start it with --join)", name, from)
 }
 
 // memberContext is what a conf change entry carries in its context: the

@@ -16,12 +16,12 @@ import (
 	"github.com/fencehq/fence/internal/transport/transportpb"
 )
 
-// The raft port refuses removed members: a member's open stream is cut
-// off at its first batch after its removal, and a new stream with its
-// certificate is refused. (A name never in the membership is admitted, as
-// a member being added or one added while this node was behind must be:
-// TestJoinOverTLS.)
-func TestRaftPortRefusesRemovedMembers(t *testing.T) {
+// The raft port talks with members only: a node certificate of the CA for
+// a name outside the membership gets no stream from a node that follows a
+// leader, and a member's open stream is cut off at its first batch after
+// its removal, its new streams refused. (A node without a leader hears from
+// names it does not know, as a joiner must: TestJoinOverTLS.)
+func TestRaftPortOnlyForMembers(t *testing.T) {
 	certs := locktest.NewCerts(t)
 	c := locktest.NewCluster(t, 3, certs.Serve)
 	var members []node.Member
@@ -50,6 +50,17 @@ func TestRaftPortRefusesRemovedMembers(t *testing.T) {
 	}
 	hello := func(name string) *transportpb.Batch {
 		return &transportpb.Batch{ClusterId: cluster, From: node.RaftID(name), To: node.RaftID(target.ID)}
+	}
+
+	// A stranger with a node certificate of the CA. (Until the target has
+	// heard from the leader it has none, and hears from anyone: retry.)
+	stranger := mustTLS(t, certs.Issue(pki.Node, "n9", time.Hour))
+	ans, err := rtRaftHello(t, target.Server.RaftAddr(), stranger, hello("n9"))
+	for end := time.Now().Add(5 * time.Second); ans == nil && err == nil && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		ans, err = rtRaftHello(t, target.Server.RaftAddr(), stranger, hello("n9"))
+	}
+	if err != nil || status.Code(ans) != codes.PermissionDenied || !strings.Contains(status.Convert(ans).Message(), "not a member") {
+		t.Fatalf("a non-member's node certificate on the raft port: answer %v, transport %v", ans, err)
 	}
 
 	// A member opens a stream, then is removed.
