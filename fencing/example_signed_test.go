@@ -67,6 +67,16 @@ func Example_signedTokens() {
 		fmt.Println("PUT /77:", w.Code)
 	}
 
+	// A side effect, at most once, claimed only by holders of its lock.
+	ledger, _ := fencing.NewLedger(fencing.SQLite, "ledger")
+	ledger.EnsureTable(ctx, db)
+	ledger.Verifier = verifier
+	ledger.LockName = func(actionKey string) string { return "totals/77" } // every action here belongs to row 77's lock
+	ran, err := ledger.OnceSigned(ctx, db, "email:totals-77", grant78, func(context.Context) error { return nil })
+	fmt.Println("ledger, grant of totals/78:", ran, errors.Is(err, fencing.ErrBadSignature))
+	ran, err = ledger.OnceSigned(ctx, db, "email:totals-77", grant77, func(context.Context) error { return nil })
+	fmt.Println("ledger, grant of totals/77:", ran, err)
+
 	var amount, fence int64
 	db.QueryRow(`SELECT amount, fence FROM totals WHERE restaurant_id = 77`).Scan(&amount, &fence)
 	fmt.Println("row:", amount, "written with token", fence)
@@ -77,5 +87,7 @@ func Example_signedTokens() {
 	// plain token: true
 	// PUT /77: 200
 	// PUT /77: 403
+	// ledger, grant of totals/78: false true
+	// ledger, grant of totals/77: true <nil>
 	// row: 42000 written with token 34
 }
