@@ -13,7 +13,14 @@ type Dialect struct {
 	name        string
 	placeholder func(n int) string
 	quoteChar   string
-	columnQuery string // counts a column of a table: args (table, column)
+	// columnQuery counts a column of a table: args (schema, or "" for the
+	// connection's own; table; column).
+	columnQuery string
+	// exactKeyTypes narrows columnQuery to the column types whose text
+	// (exactText) does not depend on session settings: integers and
+	// character strings (a DATE's text follows DateStyle, a TIMESTAMP's
+	// the time zone). "" where every type's text is fixed (SQLite).
+	exactKeyTypes string
 	// lockRead ends a SELECT that decides whether a write was stale. It must
 	// read the newest committed row, not the caller's snapshot: MySQL's
 	// REPEATABLE READ serves a plain SELECT from the transaction's first
@@ -37,7 +44,8 @@ type Dialect struct {
 	// package creates (the ledger's action keys, SQLStore's resource keys):
 	// compared byte for byte, as the lock names they map to are. MySQL's
 	// VARCHAR compares under a collation that ignores case and trailing
-	// spaces ('Carts ' = 'carts'), so there it is VARBINARY.
+	// spaces ('Carts ' = 'carts'), so there it is VARBINARY, of the bytes
+	// 255 characters of utf8mb4 may take.
 	keyType string
 }
 
@@ -45,17 +53,19 @@ type Dialect struct {
 var (
 	// Postgres: PostgreSQL, through database/sql (pgx's stdlib driver, lib/pq) or pgx (package fencingpgx).
 	Postgres = &Dialect{name: "postgres", placeholder: func(n int) string { return "$" + strconv.Itoa(n) }, quoteChar: `"`,
-		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2`,
-		lockRead:    " FOR UPDATE", nowMicros: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
+		columnQuery:   `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2 AND column_name = $3`,
+		exactKeyTypes: ` AND data_type IN ('smallint', 'integer', 'bigint', 'character varying', 'character', 'text')`,
+		lockRead:      " FOR UPDATE", nowMicros: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
 		exactText: func(col string) string { return "CAST(" + col + ` AS TEXT) COLLATE "C"` }, keyType: "VARCHAR(255)"}
 	// MySQL: MySQL and MariaDB (go-sql-driver/mysql).
 	MySQL = &Dialect{name: "mysql", placeholder: func(int) string { return "?" }, quoteChar: "`",
-		columnQuery: `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`,
-		lockRead:    " FOR UPDATE", nowMicros: "CAST(@@timestamp * 1000000 AS SIGNED)",
-		exactText: func(col string) string { return "CAST(" + col + " AS BINARY)" }, keyType: "VARBINARY(255)"}
+		columnQuery:   `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name = ?`,
+		exactKeyTypes: ` AND data_type IN ('tinyint', 'smallint', 'mediumint', 'int', 'bigint', 'char', 'varchar', 'tinytext', 'text', 'mediumtext', 'longtext', 'binary', 'varbinary')`,
+		lockRead:      " FOR UPDATE", nowMicros: "CAST(@@timestamp * 1000000 AS SIGNED)",
+		exactText: func(col string) string { return "CAST(CONVERT(" + col + " USING utf8mb4) AS BINARY)" }, keyType: "VARBINARY(1020)"}
 	// SQLite (modernc.org/sqlite, mattn/go-sqlite3).
 	SQLite = &Dialect{name: "sqlite", placeholder: func(int) string { return "?" }, quoteChar: `"`,
-		columnQuery: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`,
+		columnQuery: `SELECT COUNT(*) FROM pragma_table_info(?2, COALESCE(NULLIF(?1, ''), 'main')) WHERE name = ?3`,
 		nowMicros:   "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
 		exactText:   func(col string) string { return "CAST(" + col + " AS TEXT) COLLATE BINARY" }, keyType: "VARCHAR(255)"}
 )
@@ -79,7 +89,8 @@ func (d *Dialect) binaryKey(ctx context.Context, r Runner, table, quotedTable, c
 	if d != MySQL {
 		return nil
 	}
-	n, _, err := r.QueryInt64(ctx, `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ? AND data_type <> 'varbinary'`, table, column)
+	schema, name := splitName(table)
+	n, _, err := r.QueryInt64(ctx, d.columnQuery+` AND data_type <> 'varbinary'`, schema, name, column)
 	if err != nil {
 		return fmt.Errorf("fencing: look at %s.%s: %w", table, column, err)
 	}

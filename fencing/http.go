@@ -211,7 +211,7 @@ func (s *SQLStore) EnsureTable(ctx context.Context) error {
 		" (resource_key "+d.keyType+" NOT NULL PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0)"); err != nil {
 		return err
 	}
-	return d.binaryKey(ctx, sqlRunner{s.db}, unqualified(s.table.cfg.Name), s.table.name, "resource_key")
+	return d.binaryKey(ctx, sqlRunner{s.db}, s.table.cfg.Name, s.table.name, "resource_key")
 }
 
 // Advance implements TokenStore with one guarded update (and an insert for a

@@ -112,7 +112,7 @@ func (l *Ledger) EnsureTable(ctx context.Context, db DB) error {
 	if err != nil {
 		return fmt.Errorf("fencing: create ledger %s: %w", l.table, err)
 	}
-	if err := l.d.binaryKey(ctx, sqlRunner{db}, unqualified(l.name), l.table, "action_key"); err != nil {
+	if err := l.d.binaryKey(ctx, sqlRunner{db}, l.name, l.table, "action_key"); err != nil {
 		return err
 	}
 	return addColumn(ctx, sqlRunner{db}, l.d, l.name, l.table, "started_at", l.d.quoteChar+"started_at"+l.d.quoteChar)

@@ -110,6 +110,9 @@ type Table struct {
 	key   []string // quoted
 	fence string   // quoted
 	mode  atomic.Int32
+	// keyTypesOK: the key columns were found to be of types whose text is
+	// fixed (checkKeyTypes), once, before the first signed write.
+	keyTypesOK atomic.Bool
 }
 
 // NewTable checks cfg and returns a Table.
@@ -296,6 +299,11 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 	} else if err != nil {
 		return err
 	}
+	if exact != nil {
+		if err := t.checkKeyTypes(ctx, r); err != nil {
+			return err
+		}
+	}
 	if limit.Max == 0 || limit.Max > maxBigint {
 		limit.Max = maxBigint
 	}
@@ -335,7 +343,9 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 			return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
 		}
 		if exact != nil {
-			if err := t.checkExact(ctx, r, keys, exact); err != nil {
+			if err := t.checkExact(ctx, r, keys, exact); errors.As(err, &bad) {
+				return t.refuse(ctx, r, mode, keys, cols, set, err)
+			} else if err != nil {
 				return err
 			}
 		}
@@ -437,6 +447,30 @@ func (t *Table) whereExact(q *query, exact []string) {
 	for i, k := range t.key {
 		q.text(" AND ", t.cfg.Dialect.exactText(k), " = ").arg(exact[i])
 	}
+}
+
+// checkKeyTypes makes sure, once, that the key columns are of types whose
+// text is fixed (Dialect.exactKeyTypes): a signed write compares the stored
+// key's text with the text its lock was named from, and a DATE's or a
+// TIMESTAMP's would follow the session's settings, giving one row two lock
+// names.
+func (t *Table) checkKeyTypes(ctx context.Context, r Runner) error {
+	d := t.cfg.Dialect
+	if t.keyTypesOK.Load() || d.exactKeyTypes == "" {
+		return nil
+	}
+	schema, name := splitName(t.cfg.Name)
+	for _, k := range t.cfg.Key {
+		n, _, err := r.QueryInt64(ctx, d.columnQuery+d.exactKeyTypes, schema, name, k)
+		if err != nil {
+			return fmt.Errorf("fencing: look at %s.%s: %w", t.cfg.Name, k, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("fencing: table %s: signed writes need key columns of integer or character types (a lock is named from the key's text, and other types' text depends on the session), and %s is not (or does not exist)", t.cfg.Name, k)
+		}
+	}
+	t.keyTypesOK.Store(true)
+	return nil
 }
 
 // checkExact tells a row whose stored key reads otherwise than exact (so
@@ -569,20 +603,21 @@ func (t *Table) EnsureColumnVia(ctx context.Context, r Runner) error {
 	return addColumn(ctx, r, t.cfg.Dialect, t.cfg.Name, t.name, t.cfg.FenceColumn, t.fence)
 }
 
-// unqualified is a table's name without its schema.
-func unqualified(table string) string {
+// splitName splits a table's name into its schema ("" if unqualified)
+// and its own name.
+func splitName(table string) (schema, name string) {
 	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		return table[i+1:]
+		return table[:i], table[i+1:]
 	}
-	return table
+	return "", table
 }
 
 // addColumn adds column (BIGINT NOT NULL DEFAULT 0) to table if it lacks it;
 // quotedTable and quotedColumn are their quoted forms.
 func addColumn(ctx context.Context, r Runner, d *Dialect, table, quotedTable, column, quotedColumn string) error {
-	tableName := unqualified(table)
+	schema, name := splitName(table)
 	has := func() (bool, error) {
-		n, _, err := r.QueryInt64(ctx, d.columnQuery, tableName, column)
+		n, _, err := r.QueryInt64(ctx, d.columnQuery, schema, name, column)
 		return n > 0, err
 	}
 	ok, err := has()

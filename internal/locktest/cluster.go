@@ -148,3 +148,12 @@ func (c *Cluster) Heal() {
 	defer c.mu.Unlock()
 	clear(c.cut)
 }
+
+// ClusterID is the id every raft message of the cluster carries.
+func (c *Cluster) ClusterID() uint64 {
+	var ms []node.Member
+	for _, nd := range c.Nodes {
+		ms = append(ms, node.Member{Name: nd.ID, RaftAddr: nd.Server.RaftAddr()})
+	}
+	return node.ClusterIDOf(ms)
+}

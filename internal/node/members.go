@@ -11,8 +11,6 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
-
-	"go.etcd.io/raft/v3"
 )
 
 // Member is one node of the raft group as fence knows it: its name (the
@@ -39,12 +37,12 @@ func RaftID(name string) uint64 {
 // certificate names — a node certificate's common name is the member's
 // name (--node-id), so one member's certificate cannot speak for another —
 // never from a removed member, and otherwise only from a member, as this
-// node knows the membership, or from the leader this node follows. The
-// transport asks at every batch and at a snapshot's end, so a member's open
-// stream ends with its removal. A node without a leader hears from names it
-// does not know: a joiner knows no members until it has caught up, and a
-// member that was away while the leader was added can only catch up from
-// that leader; once it follows one, everyone else must be a member.
+// node knows the membership. The transport asks at every batch and at a
+// snapshot's end, so a member's open stream ends with its removal. A node
+// that is not in its own member list yet — a joiner that has not caught up
+// to its own addition, which is when it learns the members — hears from
+// any name not removed (the leader it must catch up from is one it does
+// not know yet).
 func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	name := cert.Subject.CommonName
 	if id := RaftID(name); id != from {
@@ -53,10 +51,7 @@ func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	if g.isRemoved(from) {
 		return fmt.Errorf("%q (raft id %d) was removed from this cluster: a removed member's certificate no longer talks raft (to come back, it joins again with 'fence serve --join' after 'fence members add')", name, from)
 	}
-	if g.isMember(from) {
-		return nil
-	}
-	if st := g.status.Load(); st == nil || st.lead == raft.None || st.lead == from {
+	if g.isMember(from) || !g.isMember(g.c.cfg.id) {
 		return nil
 	}
 	return fmt.Errorf("%q (raft id %d) is not a member of this cluster as this node knows it ('fence members add' it first, then start it with --join)", name, from)

@@ -24,11 +24,7 @@ import (
 func TestRaftPortOnlyForMembers(t *testing.T) {
 	certs := locktest.NewCerts(t)
 	c := locktest.NewCluster(t, 3, certs.Serve)
-	var members []node.Member
-	for _, nd := range c.Nodes {
-		members = append(members, node.Member{Name: nd.ID, RaftAddr: nd.Server.RaftAddr()})
-	}
-	cluster := node.ClusterIDOf(members)
+	cluster := c.ClusterID()
 	leader := c.Leader()
 	var target, removed *locktest.Node // a member that stays, and one to remove
 	for _, nd := range c.Nodes {

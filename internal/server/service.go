@@ -343,18 +343,34 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		if resp, done, err := v.waitOutcome(cmd); done {
 			return resp, err
 		}
+		// Judged again at every turn (and at every policy reload): a policy
+		// that no longer lets the caller take this lock ends the wait.
+		if err := v.s.stillPermitted(ctx, api.Fence_Acquire_FullMethodName, r); err != nil {
+			return v.withdraw(cmd, err)
+		}
 		select {
 		case <-wake:
 		case <-reloaded:
-			// A policy that no longer lets the caller take this lock
-			// ends the wait (leaveWait takes it out of the queue).
-			if err := v.s.stillPermitted(ctx, api.Fence_Acquire_FullMethodName, r); err != nil {
-				return nil, err
-			}
 		case <-ctx.Done():
 			return v.giveUp(ctx, cmd)
 		}
 	}
+}
+
+// withdraw takes a queued call out of the queue because the policy now
+// refuses it, and answers refused — unless the lock was granted to it
+// first, when the grant is the answer: its caller must know it holds it
+// (the lease's renewals, judged by the same policy, then decide how long).
+func (v *service) withdraw(cmd fsm.Command, refused error) (*api.AcquireResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name}); err != nil {
+		return nil, err // unknown whether it was granted: the client retries the call
+	}
+	if resp, done, err := v.waitOutcome(cmd); done && err == nil {
+		return resp, nil
+	}
+	return nil, refused
 }
 
 // waitOutcome looks at this call's remembered answer (not at the lock: it

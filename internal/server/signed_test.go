@@ -11,7 +11,6 @@ import (
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/fencing"
 	"github.com/fencehq/fence/internal/locktest"
-	"github.com/fencehq/fence/internal/node"
 	"github.com/fencehq/fence/internal/pki"
 	"github.com/fencehq/fence/internal/server"
 )
@@ -37,11 +36,7 @@ func newTokenKey(t *testing.T) (string, *fencing.Verifier) {
 func TestSignedTokens(t *testing.T) {
 	keyFile, v := newTokenKey(t)
 	c := locktest.NewCluster(t, 3, func(cfg *server.Config) { cfg.TokenKeyFile = keyFile })
-	var members []node.Member
-	for _, nd := range c.Nodes {
-		members = append(members, node.Member{Name: nd.ID, RaftAddr: nd.Server.RaftAddr()})
-	}
-	cluster := node.ClusterIDOf(members)
+	cluster := c.ClusterID()
 	cl, err := client.Dial(ctxT(t, 5*time.Second), c.Addrs(), client.WithInsecure(), client.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)

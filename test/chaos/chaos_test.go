@@ -118,17 +118,24 @@ func TestChaosControl(t *testing.T) {
 }
 
 // TestChaosPlantedBugs runs servers built with each planted bug: the
-// harness must catch every one.
+// harness must catch every one. A bug shows only when the faults land
+// right (the deposed leader must answer a renewal from memory while
+// another holder writes), so a run that misses it is followed by up to two
+// more, with other seeds; all three missing fails.
 func TestChaosPlantedBugs(t *testing.T) {
 	for _, name := range chaos.BugNames() {
 		t.Run(name, func(t *testing.T) {
 			b := chaos.Bugs[name]
-			r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: true, Faults: b.Faults, Locks: b.Locks}, b.Tag)
-			if by := b.CaughtBy(r); by == "" {
-				t.Fatalf("seed %d: planted bug %q not caught; want a violation of %q, got %q", r.Seed, name, b.Caught, r.Checks())
-			} else {
-				t.Logf("planted bug %q caught by %q", name, by)
+			var missed []string
+			for range 3 {
+				r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: true, Faults: b.Faults, Locks: b.Locks}, b.Tag)
+				if by := b.CaughtBy(r); by != "" {
+					t.Logf("planted bug %q caught by %q (after %d runs that missed it)", name, by, len(missed))
+					return
+				}
+				missed = append(missed, fmt.Sprintf("seed %d: got %q", r.Seed, r.Checks()))
 			}
+			t.Fatalf("planted bug %q not caught in 3 runs; want a violation of %q: %s", name, b.Caught, strings.Join(missed, "; "))
 		})
 	}
 }
