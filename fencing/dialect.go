@@ -56,7 +56,11 @@ var (
 		columnQuery:   `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2 AND column_name = $3`,
 		exactKeyTypes: ` AND data_type IN ('smallint', 'integer', 'bigint', 'character varying', 'character', 'text')`,
 		lockRead:      " FOR UPDATE", nowMicros: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
-		exactText: func(col string) string { return "CAST(" + col + ` AS TEXT) COLLATE "C"` }, keyType: "VARCHAR(255)"}
+		// The CASE guards each row, whatever schema the session resolves
+		// the table in: a key of another type has no exact text (NULL).
+		exactText: func(col string) string {
+			return "CASE WHEN pg_typeof(" + col + ") IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype, 'text'::regtype, 'character varying'::regtype, 'character'::regtype) THEN CAST(" + col + ` AS TEXT) END COLLATE "C"`
+		}, keyType: "VARCHAR(255)"}
 	// MySQL: MySQL and MariaDB (go-sql-driver/mysql).
 	MySQL = &Dialect{name: "mysql", placeholder: func(int) string { return "?" }, quoteChar: "`",
 		columnQuery:   `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name = ?`,

@@ -300,7 +300,9 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 		return err
 	}
 	if exact != nil {
-		if err := t.checkKeyTypes(ctx, r); err != nil {
+		if err := t.checkKeyTypes(ctx, r); errors.As(err, &bad) {
+			return t.refuse(ctx, r, mode, keys, cols, set, err)
+		} else if err != nil {
 			return err
 		}
 	}
@@ -453,7 +455,10 @@ func (t *Table) whereExact(q *query, exact []string) {
 // text is fixed (Dialect.exactKeyTypes): a signed write compares the stored
 // key's text with the text its lock was named from, and a DATE's or a
 // TIMESTAMP's would follow the session's settings, giving one row two lock
-// names.
+// names. It looks in the schema the session resolves first; on Postgres
+// exactText also guards every row (a session with another search_path
+// finds another table), on MySQL a Table must not be used across schemas
+// (USE) with key columns of other types there.
 func (t *Table) checkKeyTypes(ctx context.Context, r Runner) error {
 	d := t.cfg.Dialect
 	if t.keyTypesOK.Load() || d.exactKeyTypes == "" {
@@ -466,7 +471,8 @@ func (t *Table) checkKeyTypes(ctx context.Context, r Runner) error {
 			return fmt.Errorf("fencing: look at %s.%s: %w", t.cfg.Name, k, err)
 		}
 		if n == 0 {
-			return fmt.Errorf("fencing: table %s: signed writes need key columns of integer or character types (a lock is named from the key's text, and other types' text depends on the session), and %s is not (or does not exist)", t.cfg.Name, k)
+			return &SignatureError{Resource: t.cfg.Name, Reason: fmt.Sprintf(
+				"signed writes need key columns of integer or character types (a lock is named from the key's text, and other types' text depends on the session), and %s is not (or does not exist)", k)}
 		}
 	}
 	t.keyTypesOK.Store(true)
@@ -486,7 +492,7 @@ func (t *Table) checkExact(ctx context.Context, r Runner, keys []any, exact []st
 	}
 	if !found {
 		return &SignatureError{Resource: t.cfg.Name, Reason: fmt.Sprintf(
-			"the key %q is not the row's key as the database stores it (its lock is named from the key's text, so pass the key exactly as stored)", exact)}
+			"the key %q is not the row's key as the database stores it (its lock is named from the key's text, so pass the key exactly as stored; key columns must be integers or character strings)", exact)}
 	}
 	return nil
 }

@@ -132,6 +132,15 @@ type core struct {
 	cs      *raftpb.ConfState
 	applied uint64
 	snapped uint64 // index of the last snapshot taken or restored
+	// replayTo is the commit index the log had at start; replayed says the
+	// node has applied up to it, so its member list is what its log says
+	// (until then a restarted member's list may lack itself).
+	replayTo uint64
+	replayed bool
+	// snapshotSoon asks for a snapshot after this apply round: a removed
+	// name was added again, and a stored snapshot that still lists it as
+	// removed must not be the one sent to a joiner (it would refuse it).
+	snapshotSoon bool
 
 	lead    uint64
 	state   raft.StateType
@@ -198,6 +207,8 @@ func newCore(cfg coreConfig, boot []Member, idSeed uint64) (*core, error) {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
+	c.replayTo = c.rn.Status().HardState.GetCommit()
+	c.replayed = c.applied >= c.replayTo
 	return c, nil
 }
 
@@ -563,7 +574,9 @@ func (c *core) applyEntries(ents []*raftpb.Entry) {
 		c.applied = e.GetIndex()
 	}
 	c.finishReads()
-	if c.applied-c.snapped >= c.cfg.snapshotThreshold {
+	c.replayed = c.replayed || c.applied >= c.replayTo
+	if c.applied-c.snapped >= c.cfg.snapshotThreshold || c.snapshotSoon {
+		c.snapshotSoon = false
 		c.snapshotNow()
 	}
 }
@@ -635,7 +648,10 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 			if err == nil && mc.ID == ch.GetNodeId() {
 				c.members[mc.ID] = mc.Member
-				delete(c.removed, mc.ID) // added again
+				if _, gone := c.removed[mc.ID]; gone {
+					delete(c.removed, mc.ID) // added again
+					c.snapshotSoon = true
+				}
 			}
 		case raftpb.ConfChangeRemoveNode:
 			if m, ok := c.members[ch.GetNodeId()]; ok {

@@ -57,6 +57,9 @@ type groupStatus struct {
 	state   raft.StateType
 	term    uint64
 	leading bool
+	// replayed: the node has applied what its log had committed at start
+	// (core.replayed), so its member list is its log's.
+	replayed bool
 }
 
 // appendJob is one write for the append worker: a raft log write or a
@@ -169,7 +172,7 @@ func (g *group) round() bool {
 		g.snapsOut.Add(1)
 		g.appendQ.push(appendJob{snap: &s})
 	}
-	st := &groupStatus{lead: g.c.lead, state: g.c.state, term: g.c.term, leading: g.c.leading}
+	st := &groupStatus{lead: g.c.lead, state: g.c.state, term: g.c.term, leading: g.c.leading, replayed: g.c.replayed}
 	if old := g.status.Load(); *old != *st {
 		g.status.Store(st)
 	}

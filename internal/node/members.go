@@ -42,7 +42,8 @@ func RaftID(name string) uint64 {
 // that is not in its own member list yet — a joiner that has not caught up
 // to its own addition, which is when it learns the members — hears from
 // any name not removed (the leader it must catch up from is one it does
-// not know yet).
+// not know yet); but only once it has replayed its own log, since a
+// restarted member's list lacks itself until then.
 func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	name := cert.Subject.CommonName
 	if id := RaftID(name); id != from {
@@ -51,8 +52,11 @@ func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 	if g.isRemoved(from) {
 		return fmt.Errorf("%q (raft id %d) was removed from this cluster: a removed member's certificate no longer talks raft (to come back, it joins again with 'fence serve --join' after 'fence members add')", name, from)
 	}
-	if g.isMember(from) || !g.isMember(g.c.cfg.id) {
+	if g.isMember(from) {
 		return nil
+	}
+	if st := g.status.Load(); st.replayed && !g.isMember(g.c.cfg.id) {
+		return nil // a joiner
 	}
 	return fmt.Errorf("%q (raft id %d) is not a member of this cluster as this node knows it ('fence members add' it first, then start it with --join)", name, from)
 }

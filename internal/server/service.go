@@ -365,7 +365,7 @@ func (v *service) withdraw(cmd fsm.Command, refused error) (*api.AcquireResponse
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name}); err != nil {
-		return nil, err // unknown whether it was granted: the client retries the call
+		return nil, proposeErr(err) // unknown whether it was granted: the client retries the call
 	}
 	if resp, done, err := v.waitOutcome(cmd); done && err == nil {
 		return resp, nil
