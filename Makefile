@@ -33,15 +33,15 @@ sim-proof:      ## how many of 100 seeds find each planted bug
 	  FENCE_SIM_COUNT=1 FENCE_SIM_SEEDS=100 go test -tags fence_bug_$$bug ./internal/node -run '^TestSimulationFindsThePlantedBug$$' -count=1 -v | grep -E 'seeds found|FAIL'; \
 	done
 
-fuzz:           ## a minute per fuzz target
-	go test ./internal/fsm -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 60s
-	go test ./internal/fsm -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime 60s
-	go test ./internal/server -run '^$$' -fuzz '^FuzzRequestValidation$$' -fuzztime 60s
-	go test ./internal/transport -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 60s
-	go test ./internal/transport -run '^$$' -fuzz '^FuzzReceiveSnapshot$$' -fuzztime 60s
-	go test ./internal/transport -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 60s
-	go test ./internal/policy -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s
-	go test ./fencing -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime 60s
+fuzz:           ## about a minute per fuzz target (counts: see .ci/run)
+	go test ./internal/fsm -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 1800000x
+	go test ./internal/fsm -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime 1800000x
+	go test ./internal/server -run '^$$' -fuzz '^FuzzRequestValidation$$' -fuzztime 120000x
+	go test ./internal/transport -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 420000x
+	go test ./internal/transport -run '^$$' -fuzz '^FuzzReceiveSnapshot$$' -fuzztime 900000x
+	go test ./internal/transport -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 600000x
+	go test ./internal/policy -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 600000x
+	go test ./fencing -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime 300000x
 
 bench:          ## micro-benchmarks, 3 runs each
 	go test ./internal/fsm -run '^$$' -bench . -count 3
