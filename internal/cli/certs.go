@@ -2,6 +2,7 @@ package cli
 
 import (
 	"crypto"
+	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fencehq/fence/fencing"
 	"github.com/fencehq/fence/internal/pki"
 )
 
@@ -305,7 +307,7 @@ func certsIssue(cmd *cobra.Command, fl *certsIssueFlags, kind pki.Kind, name str
 func newCertsShow() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show FILE...",
-		Short: "Print a certificate's names, issuer, serial, validity and usages",
+		Short: "Print a certificate's names, issuer, serial, validity and usages (or a token public key's id)",
 		Long: `Print, for each certificate in the PEM files given: the subject and issuer
 common names, the serial number (hex), the validity (RFC 3339, UTC, and how
 long is left), the DNS names and IP addresses it is valid for, its key usages
@@ -339,6 +341,7 @@ func certsShowFile(w io.Writer, file string) error {
 		return err
 	}
 	var certs []*x509.Certificate
+	var tokenKeys []fencing.KeyID
 	sawKey := false
 	for rest := data; ; {
 		var block *pem.Block
@@ -354,7 +357,19 @@ func certsShowFile(w io.Writer, file string) error {
 			certs = append(certs, c)
 		case strings.HasSuffix(block.Type, "PRIVATE KEY"):
 			sawKey = true
+		case block.Type == "PUBLIC KEY":
+			if k, err := x509.ParsePKIXPublicKey(block.Bytes); err == nil {
+				if pub, ok := k.(ed25519.PublicKey); ok {
+					tokenKeys = append(tokenKeys, fencing.KeyIDOf(pub))
+				}
+			}
 		}
+	}
+	if len(certs) == 0 && len(tokenKeys) > 0 {
+		for _, id := range tokenKeys {
+			fmt.Fprintf(w, "%s\n  %-12s %s\n", file, "token key:", "Ed25519 public key, key id "+id.String()+" (verifies signed tokens)")
+		}
+		return nil
 	}
 	if len(certs) == 0 {
 		if sawKey {

@@ -314,6 +314,9 @@ func TestCertsCreateTokenKey(t *testing.T) {
 	if _, err := v.VerifyFor(signed, "a", "a"); err != nil {
 		t.Fatalf("the public key does not verify the private key's token: %v", err)
 	}
+	if code, out, stderr := certsRun(t, "show", filepath.Join(dir, pki.TokenPubKeyFile)); code != 0 || !strings.Contains(out, "key id "+signer.KeyID().String()) {
+		t.Errorf("certs show of the public key: %d %q %q", code, out, stderr)
+	}
 	if info, _ := os.Stat(filepath.Join(dir, pki.TokenKeyFile)); info.Mode().Perm() != 0o600 {
 		t.Errorf("token-key.pem has mode %04o", info.Mode().Perm())
 	}
