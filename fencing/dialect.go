@@ -59,7 +59,9 @@ var (
 		// The CASE guards each row, whatever schema the session resolves
 		// the table in: a key of another type has no exact text (NULL).
 		exactText: func(col string) string {
-			return "CASE WHEN pg_typeof(" + col + ") IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype, 'text'::regtype, 'character varying'::regtype, 'character'::regtype) THEN CAST(" + col + ` AS TEXT) END COLLATE "C"`
+			// A domain's own type is its base type here, as in the catalog
+			// check (information_schema reports a domain column's base type).
+			return "CASE WHEN (SELECT CASE WHEN typtype = 'd' THEN typbasetype ELSE oid END FROM pg_type WHERE oid = pg_typeof(" + col + ")) IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype, 'text'::regtype, 'character varying'::regtype, 'character'::regtype) THEN CAST(" + col + ` AS TEXT) END COLLATE "C"`
 		}, keyType: "VARCHAR(255)"}
 	// MySQL: MySQL and MariaDB (go-sql-driver/mysql).
 	MySQL = &Dialect{name: "mysql", placeholder: func(int) string { return "?" }, quoteChar: "`",

@@ -137,10 +137,6 @@ type core struct {
 	// (until then a restarted member's list may lack itself).
 	replayTo uint64
 	replayed bool
-	// snapshotSoon asks for a snapshot after this apply round: a removed
-	// name was added again, and a stored snapshot that still lists it as
-	// removed must not be the one sent to a joiner (it would refuse it).
-	snapshotSoon bool
 
 	lead    uint64
 	state   raft.StateType
@@ -575,8 +571,7 @@ func (c *core) applyEntries(ents []*raftpb.Entry) {
 	}
 	c.finishReads()
 	c.replayed = c.replayed || c.applied >= c.replayTo
-	if c.applied-c.snapped >= c.cfg.snapshotThreshold || c.snapshotSoon {
-		c.snapshotSoon = false
+	if c.applied-c.snapped >= c.cfg.snapshotThreshold {
 		c.snapshotNow()
 	}
 }
@@ -648,10 +643,7 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 			if err == nil && mc.ID == ch.GetNodeId() {
 				c.members[mc.ID] = mc.Member
-				if _, gone := c.removed[mc.ID]; gone {
-					delete(c.removed, mc.ID) // added again
-					c.snapshotSoon = true
-				}
+				delete(c.removed, mc.ID) // AddMember refuses removed names; a log written before it may not
 			}
 		case raftpb.ConfChangeRemoveNode:
 			if m, ok := c.members[ch.GetNodeId()]; ok {
@@ -713,6 +705,7 @@ func (c *core) restore(snap *raftpb.Snapshot) error {
 	c.cs = snap.GetMetadata().GetConfState()
 	c.applied = snap.GetMetadata().GetIndex()
 	c.snapped = c.applied
+	c.replayed = c.replayed || c.applied >= c.replayTo
 	c.cfg.membersChanged(c.members, c.removed)
 	return nil
 }

@@ -50,7 +50,7 @@ func (g *group) authorizePeer(from uint64, cert *x509.Certificate) error {
 		return fmt.Errorf("its certificate is member %q's (raft id %d), but it speaks as raft id %d: give each member a node certificate made for its own --node-id ('fence certs create-node ID')", name, id, from)
 	}
 	if g.isRemoved(from) {
-		return fmt.Errorf("%q (raft id %d) was removed from this cluster: a removed member's certificate no longer talks raft (to come back, it joins again with 'fence serve --join' after 'fence members add')", name, from)
+		return fmt.Errorf("%q (raft id %d) was removed from this cluster: a removed member's certificate no longer talks raft, and a removed name never comes back (a replacement joins under another --node-id)", name, from)
 	}
 	if g.isMember(from) {
 		return nil

@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/raftstore"
 )
@@ -79,46 +76,5 @@ func TestRestartedMemberRefusesStrangersBeforeReplay(t *testing.T) {
 	g.setMembers(c.members, c.removed)
 	if err := g.authorizePeer(RaftID(stranger), nodeCert(stranger)); err == nil {
 		t.Errorf("member %q, restarted on its own data dir (a voter for many entries), admits raft traffic from %q, a name never in the cluster, while its raft port is already open: its member list is %v until the first round re-applies the log", "rt", stranger, g.memberList())
-	}
-}
-
-// A name removed and then added again is snapshotted at once: a stored
-// snapshot that still lists it as removed would, sent to a joiner, make the
-// joiner refuse it — for good, if it is the leader the joiner must catch up
-// from (found by a review).
-func TestReAddedMemberIsSnapshottedAtOnce(t *testing.T) {
-	store, err := raftstore.Create(filepath.Join(t.TempDir(), raftDir), nil, discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	c, err := newCore(coreConfig{
-		id: RaftID("rt"), log: store, sm: &replica{state: fsm.New(), log: discard},
-		electionTick: 10, heartbeatTick: 2, snapshotThreshold: 10000, trailing: 100, logger: discard, raftLogLevel: slog_off,
-		leadership: func(bool) {}, membersChanged: func(members, removedSet) {},
-	}, nil, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, l := Member{Name: "rt", RaftAddr: "rt:7302", ID: RaftID("rt")}, Member{Name: "L", RaftAddr: "L:7302", ID: RaftID("L")}
-	change := func(index uint64, typ raftpb.ConfChangeType, m Member) *raftpb.Entry {
-		cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: proto.Uint64(m.ID), Context: encodeContext(m, 0)}
-		data, err := proto.Marshal(cc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &raftpb.Entry{Index: proto.Uint64(index), Term: proto.Uint64(1), Type: raftpb.EntryConfChange.Enum(), Data: data}
-	}
-	c.applyEntries([]*raftpb.Entry{change(1, raftpb.ConfChangeAddNode, rt), change(2, raftpb.ConfChangeAddNode, l), change(3, raftpb.ConfChangeRemoveNode, l)})
-	if _, gone := c.removed[l.ID]; !gone || len(c.snapshots) != 0 {
-		t.Fatalf("after L's removal: removed %v, %d snapshots (want L removed, none yet)", c.removed, len(c.snapshots))
-	}
-	c.applyEntries([]*raftpb.Entry{change(4, raftpb.ConfChangeAddLearnerNode, l)})
-	if len(c.snapshots) != 1 {
-		t.Fatalf("L added again: %d snapshots queued, want 1", len(c.snapshots))
-	}
-	ms, removed, _, err := decodeSnapshot(c.snapshots[0].data)
-	if err != nil || len(removed) != 0 || ms[l.ID].Name != "L" || c.snapshots[0].index != 4 {
-		t.Fatalf("the snapshot after L's re-add: members %v, removed %v, index %d, %v", ms, removed, c.snapshots[0].index, err)
 	}
 }

@@ -16,6 +16,9 @@ var (
 	ErrUnknownMember = errors.New("no such member")
 	// ErrMemberExists: a member already has that name or raft id.
 	ErrMemberExists = errors.New("member exists")
+	// ErrMemberRemoved: the name (or its raft id) was removed; it does not
+	// come back (its certificate stays refused on the raft port).
+	ErrMemberRemoved = errors.New("member was removed")
 )
 
 // MemberStatus is a member as Members reports it.
@@ -47,18 +50,25 @@ func (n *Node) Members(ctx context.Context) ([]MemberStatus, error) {
 // without a vote, and returns what the new node needs to start (JoinInfo).
 // The leader makes it a voter once it has caught up (promoteLearners), so a
 // new member never holds back the quorum while it copies the log. Adding a
-// member again with the same address is a no-op. Leader only.
+// member again with the same address is a no-op. A removed name is never
+// added again (as etcd never reuses a removed member's id): a node that
+// applied the removal but not yet a re-add would refuse the name for good
+// if it led. Leader only.
 func (n *Node) AddMember(ctx context.Context, name, raftAddr string) (JoinInfo, error) {
 	m := Member{Name: name, RaftAddr: raftAddr, ID: RaftID(name)}
-	var conflict, known bool
+	var conflict, known, removed bool
 	if err := n.group.control(ctx, func(c *core) {
 		for _, o := range c.members {
 			if o.Name == name || o.ID == m.ID {
 				conflict, known = o != m, true
 			}
 		}
+		_, removed = c.removed[m.ID]
 	}); err != nil {
 		return JoinInfo{}, err
+	}
+	if removed {
+		return JoinInfo{}, fmt.Errorf("%w: %q was removed from this cluster, and a removed name never comes back: start the new node with another --node-id (and a node certificate for that name)", ErrMemberRemoved, name)
 	}
 	if conflict {
 		return JoinInfo{}, fmt.Errorf("%w: %q (or a name with the same raft id) is a member with another address; remove it first", ErrMemberExists, name)

@@ -105,6 +105,12 @@ func TestRaftPortOnlyForMembers(t *testing.T) {
 			if err != nil || status.Code(ans) != codes.PermissionDenied || !strings.Contains(status.Convert(ans).Message(), "was removed") {
 				t.Fatalf("a removed member's new stream: answer %v, transport %v", ans, err)
 			}
+			// Nor does the name come back: a node that applied the removal
+			// but not a re-add would refuse it for good if it led.
+			err = cl.AddMember(ctxT(t, 10*time.Second), removed.ID, removed.Server.RaftAddr())
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "another --node-id") {
+				t.Fatalf("adding the removed name again: %v, want FailedPrecondition saying to use another --node-id", err)
+			}
 			return
 		case <-deadline:
 			t.Fatal("a removed member's open stream still delivers 10 s after its removal")
