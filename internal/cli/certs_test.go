@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -333,5 +334,20 @@ func TestCertsCreateTokenKey(t *testing.T) {
 	}
 	if _, err := pki.LoadTokenKey(filepath.Join(dir, pki.TokenPubKeyFile)); err == nil {
 		t.Error("the public key file loaded as a token key")
+	}
+}
+
+// fence version and fence --version print the same line.
+func TestVersion(t *testing.T) {
+	run := func(args ...string) string {
+		var out, errb bytes.Buffer
+		if code := Run(context.Background(), args, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	a, b := run("version"), run("--version")
+	if a != b || !strings.HasPrefix(a, "fence ") || !strings.Contains(a, runtime.Version()) {
+		t.Fatalf("fence version %q, fence --version %q", a, b)
 	}
 }

@@ -3,7 +3,13 @@
 // process (tests, embedding) keep separate counts.
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencehq/fence/internal/buildinfo"
+)
 
 // Server holds the lock server's collectors. Safe for concurrent use.
 type Server struct {
@@ -59,6 +65,16 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 		gauge("active_leases", "Live leases.", g.Leases),
 		gauge("active_locks", "Locks held, in lock-delay, or waited for.", g.Locks),
 		gauge("waiters", "Acquires waiting in lock queues.", g.Waiters),
-		gauge("is_leader", "1 when this node is the raft leader and serving.", g.IsLeader))
+		gauge("is_leader", "1 when this node is the raft leader and serving.", g.IsLeader),
+		buildInfo())
 	return m
+}
+
+// buildInfo is fence_build_info{version, revision, modified, goversion}, always 1.
+func buildInfo() prometheus.Collector {
+	i := buildinfo.Get()
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "fence", Name: "build_info",
+		Help:        "Always 1; its labels say which fence this is (as 'fence version').",
+		ConstLabels: prometheus.Labels{"version": i.Version, "revision": i.Revision, "modified": strconv.FormatBool(i.Modified), "goversion": i.GoVersion}},
+		func() float64 { return 1 })
 }

@@ -57,6 +57,8 @@ type Server struct {
 	httpLis  net.Listener
 	closeErr error
 	closed   sync.Once
+	// stopHealth ends the health status updates (serveHealth).
+	stopHealth chan struct{}
 }
 
 // New opens (or creates) the node's data dir, starts its raft group (a
@@ -159,6 +161,8 @@ func (s *Server) open() error {
 		// instead of when TCP gives up.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: time.Second}))
 	api.RegisterFenceServer(s.grpc, &service{s: s})
+	s.stopHealth = make(chan struct{})
+	s.serveHealth(s.grpc, s.stopHealth)
 	go s.grpc.Serve(s.grpcLis)
 
 	if cfg.MetricsAddr != "" {
@@ -288,6 +292,9 @@ func (s *Server) MetricsAddr() string {
 // Close stops serving and stops the node; committed state stays in DataDir.
 func (s *Server) Close() error {
 	s.closed.Do(func() {
+		if s.stopHealth != nil {
+			close(s.stopHealth)
+		}
 		if s.grpc != nil {
 			stopped := make(chan struct{})
 			go func() { s.grpc.GracefulStop(); close(stopped) }()

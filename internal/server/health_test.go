@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/locktest"
+	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/server"
+)
+
+// Every member of a healthy cluster answers the standard gRPC health check
+// SERVING — the leader, and the followers, which send clients to it — even
+// to a caller without a certificate under a policy (probes have none); a
+// member cut off from the others answers NOT_SERVING once it knows no
+// leader, and SERVING again when healed. Reflection lists the API.
+func TestGRPCHealthAndReflection(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(pol, []byte("identities:\n  - name: ops\n    prefixes: [\"\"]\n    rights: [acquire, read, admin]\n"), 0o600)
+	c := locktest.NewCluster(t, 3, certs.Serve, func(cfg *server.Config) { cfg.PolicyFile = pol })
+	noCert, err := pki.ClientTLS(certs.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCert.Certificates = nil
+	dial := func(nd *locktest.Node) *grpc.ClientConn {
+		cc, err := grpc.NewClient(nd.Server.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(noCert.Clone())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	status := func(cc *grpc.ClientConn, service string) healthpb.HealthCheckResponse_ServingStatus {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		r, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		return r.GetStatus()
+	}
+	waitStatus := func(cc *grpc.ClientConn, want healthpb.HealthCheckResponse_ServingStatus, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for status(cc, "") != want || status(cc, "fence.v1.Fence") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not %v within 10 s", what, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	leader := c.Leader()
+	var follower *locktest.Node
+	for _, nd := range c.Nodes {
+		cc := dial(nd)
+		waitStatus(cc, healthpb.HealthCheckResponse_SERVING, nd.ID)
+		if nd != leader {
+			follower = nd
+		}
+	}
+	cc := dial(follower)
+	c.Partition(follower)
+	waitStatus(cc, healthpb.HealthCheckResponse_NOT_SERVING, "a follower cut off from the others")
+	c.Heal()
+	waitStatus(cc, healthpb.HealthCheckResponse_SERVING, "the follower, healed")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	st, err := rpb.NewServerReflectionClient(dial(leader)).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatalf("reflection: %v", err)
+	}
+	found := false
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		found = found || s.GetName() == "fence.v1.Fence"
+	}
+	if !found {
+		t.Fatalf("reflection lists %v, not fence.v1.Fence", resp.GetListServicesResponse().GetService())
+	}
+	// The policy still covers every other call from a caller without one.
+	if _, err := api.NewFenceClient(dial(leader)).GetLock(ctx, &api.GetLockRequest{Name: "x"}); grpcstatus.Code(err) != codes.Unauthenticated {
+		t.Fatalf("GetLock without an identity: %v, want Unauthenticated", err)
+	}
+}
