@@ -33,7 +33,12 @@ type Gauges struct {
 	Locks    func() float64
 	Waiters  func() float64
 	IsLeader func() float64
+	// Raft reads the node's raft status (optional).
+	Raft func() RaftStatus
 }
+
+// RaftStatus is what the raft gauges show.
+type RaftStatus struct{ Term, Commit, Applied, LeaderChanges uint64 }
 
 // NewServer creates the server collectors and registers them on reg.
 func NewServer(reg prometheus.Registerer, g Gauges) *Server {
@@ -67,6 +72,16 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 		gauge("waiters", "Acquires waiting in lock queues.", g.Waiters),
 		gauge("is_leader", "1 when this node is the raft leader and serving.", g.IsLeader),
 		buildInfo())
+	if g.Raft != nil {
+		raft := func(f func(RaftStatus) uint64) func() float64 { return func() float64 { return float64(f(g.Raft())) } }
+		reg.MustRegister(
+			gauge("raft_term", "The raft term this node is in.", raft(func(r RaftStatus) uint64 { return r.Term })),
+			gauge("raft_commit_index", "The highest log index this node knows committed.", raft(func(r RaftStatus) uint64 { return r.Commit })),
+			gauge("raft_applied_index", "The highest log index this node has applied.", raft(func(r RaftStatus) uint64 { return r.Applied })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "fence", Name: "raft_leader_changes_total",
+				Help: "Times the leader this node knows changed (to another member, or to none) since it started."},
+				raft(func(r RaftStatus) uint64 { return r.LeaderChanges })))
+	}
 	return m
 }
 

@@ -137,6 +137,10 @@ type core struct {
 	// (until then a restarted member's list may lack itself).
 	replayTo uint64
 	replayed bool
+	// commit is raft's commit index as last seen; leaderChanges counts the
+	// times the leader this node knows changed (metrics).
+	commit        uint64
+	leaderChanges uint64
 
 	lead    uint64
 	state   raft.StateType
@@ -336,7 +340,7 @@ func (c *core) ready() (send []*raftpb.Message, appends []*raftpb.Message) {
 			c.softState(rd.SoftState)
 		}
 		if rd.HardState != nil {
-			c.term = rd.HardState.GetTerm()
+			c.term, c.commit = rd.HardState.GetTerm(), rd.HardState.GetCommit()
 		}
 		for _, rs := range rd.ReadStates {
 			c.readState(rs)
@@ -479,6 +483,9 @@ func (c *core) takeSnapshots() []snapshotJob {
 
 func (c *core) softState(ss *raft.SoftState) {
 	wasLeader := c.state == raft.StateLeader
+	if ss.Lead != c.lead {
+		c.leaderChanges++
+	}
 	c.lead, c.state = ss.Lead, ss.RaftState
 	if wasLeader && c.state != raft.StateLeader {
 		c.stepDown()

@@ -60,6 +60,8 @@ type groupStatus struct {
 	// replayed: the node has applied what its log had committed at start
 	// (core.replayed), so its member list is its log's.
 	replayed bool
+	// commit, applied and leaderChanges are for RaftStatus (metrics).
+	commit, applied, leaderChanges uint64
 }
 
 // appendJob is one write for the append worker: a raft log write or a
@@ -172,7 +174,8 @@ func (g *group) round() bool {
 		g.snapsOut.Add(1)
 		g.appendQ.push(appendJob{snap: &s})
 	}
-	st := &groupStatus{lead: g.c.lead, state: g.c.state, term: g.c.term, leading: g.c.leading, replayed: g.c.replayed}
+	st := &groupStatus{lead: g.c.lead, state: g.c.state, term: g.c.term, leading: g.c.leading, replayed: g.c.replayed,
+		commit: g.c.commit, applied: g.c.applied, leaderChanges: g.c.leaderChanges}
 	if old := g.status.Load(); *old != *st {
 		g.status.Store(st)
 	}

@@ -397,6 +397,24 @@ func (n *Node) Ready() bool {
 	return n.group != nil && n.group.status.Load().leading && n.lessor.isActive()
 }
 
+// RaftStatus is what the raft metrics report of a node, as of its loop's
+// last round.
+type RaftStatus struct {
+	Term, Commit, Applied uint64
+	// LeaderChanges counts the times the leader this node knows changed
+	// (to another member, or to none) since it started.
+	LeaderChanges uint64
+}
+
+// RaftStatus returns the node's raft status (zero before it runs).
+func (n *Node) RaftStatus() RaftStatus {
+	if n.group == nil {
+		return RaftStatus{}
+	}
+	st := n.group.status.Load()
+	return RaftStatus{Term: st.term, Commit: st.commit, Applied: st.applied, LeaderChanges: st.leaderChanges}
+}
+
 // HasLed reports whether this node has ever been the ready leader.
 func (n *Node) HasLed() bool { return n.led.Load() }
 

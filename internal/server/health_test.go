@@ -14,6 +14,8 @@ import (
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/internal/locktest"
 	"github.com/fencehq/fence/internal/pki"
@@ -100,5 +102,42 @@ func TestGRPCHealthAndReflection(t *testing.T) {
 	// The policy still covers every other call from a caller without one.
 	if _, err := api.NewFenceClient(dial(leader)).GetLock(ctx, &api.GetLockRequest{Name: "x"}); grpcstatus.Code(err) != codes.Unauthenticated {
 		t.Fatalf("GetLock without an identity: %v, want Unauthenticated", err)
+	}
+}
+
+// The raft gauges: term, commit and applied index, leader changes.
+func TestRaftMetrics(t *testing.T) {
+	cfg := locktest.Config(t.TempDir())
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.WaitReady(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v := map[string]float64{}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				v[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+		ok := v["fence_raft_term"] >= 1 && v["fence_raft_commit_index"] >= 1 && v["fence_raft_applied_index"] >= 1 &&
+			v["fence_raft_applied_index"] <= v["fence_raft_commit_index"] && v["fence_raft_leader_changes_total"] >= 1
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("raft metrics of a ready single node: %v", v)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

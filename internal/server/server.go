@@ -111,6 +111,13 @@ func (s *Server) open() error {
 		Locks:    s.gauge(func(st *fsm.State) int { return st.NumLocks() }),
 		Waiters:  s.gauge(func(st *fsm.State) int { return st.NumWaiters() }),
 		IsLeader: func() float64 { return map[bool]float64{true: 1}[s.Ready()] },
+		Raft: func() metrics.RaftStatus {
+			if s.node == nil {
+				return metrics.RaftStatus{}
+			}
+			r := s.node.RaftStatus()
+			return metrics.RaftStatus{Term: r.Term, Commit: r.Commit, Applied: r.Applied, LeaderChanges: r.LeaderChanges}
+		},
 	})
 	raftLevel, err := node.ParseRaftLogLevel(cfg.RaftLogLevel)
 	if err != nil {
