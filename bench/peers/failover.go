@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,7 +21,7 @@ type Cluster interface {
 	Healthy(ctx context.Context) bool
 }
 
-// KillLeader SIGKILLs the fence node whose /readyz answers 200 (only the
+// KillLeader SIGKILLs the fence node whose /leaderz answers 200 (only the
 // leader that has taken over does).
 func (f *Fence) KillLeader(ctx context.Context) (*Proc, error) {
 	i, err := f.leader(ctx)
@@ -50,12 +51,23 @@ func (f *Fence) url(i int) string {
 }
 
 func (f *Fence) leader(ctx context.Context) (int, error) {
-	for i := range f.metrics {
-		if httpOK(ctx, f.http, f.url(i)+"/readyz") {
-			return i, nil
+	for _, path := range []string{"/leaderz", "/readyz"} { // a fence before /leaderz: /readyz meant the leader
+		for i := range f.metrics {
+			if httpOK(ctx, f.http, f.url(i)+path) {
+				return i, nil
+			}
+		}
+		if path == "/leaderz" && hasPath(ctx, f.http, f.url(0)+path) {
+			break // this fence has /leaderz: no leader now
 		}
 	}
 	return 0, errors.New("no fence node is ready as leader")
+}
+
+// hasPath reports whether url answers anything but 404 Not Found.
+func hasPath(ctx context.Context, hc *http.Client, url string) bool {
+	err := Get(ctx, hc, url, io.Discard)
+	return err == nil || !strings.Contains(err.Error(), "404")
 }
 
 // Healthy reports whether every node's /healthz answers.

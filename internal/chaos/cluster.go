@@ -121,7 +121,7 @@ func (n *node) kill() {
 
 func (n *node) leads() bool {
 	p := n.proc()
-	return p != nil && !p.isPaused() && httpOK(n.metrics, "/readyz", n.probe)
+	return p != nil && !p.isPaused() && httpOK(n.metrics, "/leaderz", n.probe)
 }
 
 func (c *cluster) addrs() []string {

@@ -24,8 +24,10 @@ single-node raft group; later starts come back from the data dir (raft log in
 raft/: etcd's WAL, fsynced on every write, and snapshots; a data dir of another format,
 such as one from an earlier fence, is refused: see README, Upgrading).
 
-Clients connect over gRPC (default 127.0.0.1:7300). /metrics, /healthz and
-/readyz are served over HTTPS (default 127.0.0.1:7301).
+Clients connect over gRPC (default 127.0.0.1:7300); it also serves the
+standard gRPC health service and reflection. /metrics, /healthz, /readyz
+(can serve clients) and /leaderz (leads) are served over HTTPS (default
+127.0.0.1:7301).
 
 Every port speaks TLS, and clients and members must present a certificate
 of the cluster's CA. With no --tls-* flags and every address on loopback,
@@ -116,7 +118,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's raft id (never change it for a data dir)")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the raft log and snapshots live")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "client gRPC address")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz ("" disables)`)
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz, /leaderz ("" disables)`)
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address (other members connect here)")
 	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA certificate that client and member certificates must chain to (default: the dev CA in <data-dir>/tls, on loopback only)")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "this node's certificate (a node certificate of the CA: 'fence certs create-node'); re-read on SIGHUP")

@@ -32,7 +32,8 @@ type Config struct {
 	DataDir string
 	// GRPCAddr is where clients connect. ":0" picks a free port (see Server.GRPCAddr).
 	GRPCAddr string
-	// MetricsAddr serves /metrics, /healthz and /readyz over HTTP; "" disables it.
+	// MetricsAddr serves /metrics, /healthz, /readyz (can serve clients) and
+	// /leaderz (leads) over HTTP; "" disables it.
 	MetricsAddr string
 	// Pprof also serves /debug/pprof/ on MetricsAddr (profiles reveal internals:
 	// keep that address private).

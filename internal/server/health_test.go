@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -140,4 +141,41 @@ func TestRaftMetrics(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// /readyz is 200 on every member that can serve clients (a Kubernetes
+// StatefulSet then sees all of a healthy cluster Ready); /leaderz only on
+// the leader; a member cut off from the others is not ready.
+func TestReadyzAndLeaderz(t *testing.T) {
+	c := locktest.NewCluster(t, 3, func(cfg *server.Config) { cfg.MetricsAddr = "127.0.0.1:0" })
+	code := func(nd *locktest.Node, path string) int {
+		resp, err := http.Get("http://" + nd.Server.MetricsAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitCode := func(nd *locktest.Node, path string, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); code(nd, path) != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %s: not %d within 10 s", nd.ID, path, want)
+			}
+		}
+	}
+	leader := c.Leader()
+	var follower *locktest.Node
+	for _, nd := range c.Nodes {
+		waitCode(nd, "/readyz", 200)
+		if nd == leader {
+			waitCode(nd, "/leaderz", 200)
+		} else if follower = nd; code(nd, "/leaderz") != http.StatusServiceUnavailable {
+			t.Errorf("follower %s: /leaderz %d, want 503", nd.ID, code(nd, "/leaderz"))
+		}
+	}
+	c.Partition(follower)
+	waitCode(follower, "/readyz", http.StatusServiceUnavailable)
+	c.Heal()
+	waitCode(follower, "/readyz", 200)
 }

@@ -189,12 +189,23 @@ func (s *Server) open() error {
 			mux.HandleFunc("/debug/pprof/symbol", requireClientCert(pprof.Symbol))
 			mux.HandleFunc("/debug/pprof/cmdline", requireClientCert(pprof.Cmdline))
 		}
+		// Ready: can serve clients (it leads, or follows a leader it knows,
+		// and sends clients there): what a Kubernetes readiness probe
+		// wants, so all members of a healthy cluster are Ready.
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !s.Ready() {
-				http.Error(w, "not ready: not the leader, or still taking over", http.StatusServiceUnavailable)
+			if !s.CanServe() {
+				http.Error(w, "not ready: no leader known (cut off, or an election)", http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ready")
+		})
+		// The leader: for load balancers that send only to it.
+		mux.HandleFunc("/leaderz", func(w http.ResponseWriter, _ *http.Request) {
+			if !s.Ready() {
+				http.Error(w, "not the leader, or still taking over", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "leader")
 		})
 		// Idle or slow callers are cut off (no WriteTimeout: a pprof
 		// profile streams for as long as it was asked to).

@@ -139,7 +139,7 @@ func TestDevSetupServesTLSOnEveryPort(t *testing.T) {
 		path string
 		want int
 	}{
-		{anon, "/readyz", 200}, {anon, "/healthz", 200}, {anon, "/metrics", 200},
+		{anon, "/readyz", 200}, {anon, "/leaderz", 200}, {anon, "/healthz", 200}, {anon, "/metrics", 200},
 		{anon, "/debug/pprof/cmdline", http.StatusUnauthorized}, {withCert, "/debug/pprof/cmdline", 200},
 	} {
 		resp, err := tc.c.Get(base + tc.path)

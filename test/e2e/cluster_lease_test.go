@@ -87,7 +87,7 @@ func TestClusterPausedLeaderAcksNoRenewal(t *testing.T) {
 	var elected time.Time
 	for deadline := time.Now().Add(15 * time.Second); elected.IsZero(); time.Sleep(5 * time.Millisecond) {
 		for _, nd := range c.nodes {
-			if nd != old && ready(nd.metrics) {
+			if nd != old && leads(nd.metrics) {
 				elected = time.Now()
 			}
 		}

@@ -75,7 +75,7 @@ func (c *cluster) leader() *node {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, nd := range c.nodes {
-			if nd.cmd != nil && ready(nd.metrics) {
+			if nd.cmd != nil && leads(nd.metrics) {
 				return nd
 			}
 		}

@@ -100,12 +100,12 @@ func newNodeAt(t testing.TB, host, netns string, extra ...string) *node {
 	return n
 }
 
-// start launches a single node and waits until it leads (/readyz).
+// start launches a single node and waits until it leads (/leaderz).
 func (n *node) start() {
 	n.t.Helper()
 	n.startProcess()
 	deadline := time.Now().Add(20 * time.Second)
-	for !ready(n.metrics) {
+	for !leads(n.metrics) {
 		if time.Now().After(deadline) {
 			n.t.Fatalf("server not ready after 20s; log:\n%s", n.logTail())
 		}
@@ -160,7 +160,7 @@ func hostOf(addr string) string {
 	return host
 }
 
-func ready(addr string) bool { return httpOK(addr, "/readyz") }
+func leads(addr string) bool { return httpOK(addr, "/leaderz") }
 
 // httpOK asks the node's HTTPS port for path (as a probe does: checking the
 // server against the CA, with no client certificate).
