@@ -59,7 +59,18 @@ type Member struct {
 	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	Leader   bool                   `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
 	// suffrage is "Voter", or "Learner" while a new member catches up.
-	Suffrage      string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	Suffrage string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	// As the answering node sees it (the leader knows the most: ask it):
+	// match_index is the highest log index known to be in the member's log
+	// and lag the entries it is behind the commit index (both 0 unless the
+	// answering node leads, and for the leader itself); active, that the
+	// leader heard from it within an election timeout; last_contact_ms, how
+	// long ago the answering node last heard from it (0 for itself, -1 if
+	// never since it started).
+	MatchIndex    uint64 `protobuf:"varint,5,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
+	Lag           uint64 `protobuf:"varint,6,opt,name=lag,proto3" json:"lag,omitempty"`
+	Active        bool   `protobuf:"varint,7,opt,name=active,proto3" json:"active,omitempty"`
+	LastContactMs int64  `protobuf:"varint,8,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -120,6 +131,34 @@ func (x *Member) GetSuffrage() string {
 		return x.Suffrage
 	}
 	return ""
+}
+
+func (x *Member) GetMatchIndex() uint64 {
+	if x != nil {
+		return x.MatchIndex
+	}
+	return 0
+}
+
+func (x *Member) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *Member) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *Member) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
 }
 
 type MembersRequest struct {
@@ -1987,12 +2026,17 @@ var File_fence_proto protoreflect.FileDescriptor
 
 const file_fence_proto_rawDesc = "" +
 	"\n" +
-	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\"i\n" +
+	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\"\xdc\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\bR\x06leader\x12\x1a\n" +
-	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\"\x10\n" +
+	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x1f\n" +
+	"\vmatch_index\x18\x05 \x01(\x04R\n" +
+	"matchIndex\x12\x10\n" +
+	"\x03lag\x18\x06 \x01(\x04R\x03lag\x12\x16\n" +
+	"\x06active\x18\a \x01(\bR\x06active\x12&\n" +
+	"\x0flast_contact_ms\x18\b \x01(\x03R\rlastContactMs\"\x10\n" +
 	"\x0eMembersRequest\"^\n" +
 	"\x0fMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.fence.v1.MemberR\amembers\x12\x1f\n" +

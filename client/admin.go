@@ -226,7 +226,15 @@ type Member struct {
 	ID       string
 	RaftAddr string
 	Leader   bool
-	Suffrage string // voter, nonvoter, staging
+	Suffrage string // "Voter", or "Learner" while a new member catches up
+	// As the answering member (the leader, for Members) sees it: Match is
+	// the highest index known in the member's log, Lag the entries it is
+	// behind the commit index (0 for the leader itself), Active that the
+	// leader heard from it within an election timeout, LastContact how long
+	// ago the answering member last heard from it (0 for itself, -1 never).
+	Match, Lag  uint64
+	Active      bool
+	LastContact time.Duration
 }
 
 // Members lists the raft group as the member answering sees it, and names that member.
@@ -240,7 +248,12 @@ func (c *Client) Members(ctx context.Context) (members []Member, answeredBy stri
 		return nil, "", fmt.Errorf("fence: members: %w", err)
 	}
 	for _, m := range resp.Members {
-		members = append(members, Member{ID: m.Id, RaftAddr: m.RaftAddr, Leader: m.Leader, Suffrage: m.Suffrage})
+		contact := time.Duration(-1)
+		if ms := m.GetLastContactMs(); ms >= 0 {
+			contact = time.Duration(ms) * time.Millisecond
+		}
+		members = append(members, Member{ID: m.Id, RaftAddr: m.RaftAddr, Leader: m.Leader, Suffrage: m.Suffrage,
+			Match: m.GetMatchIndex(), Lag: m.GetLag(), Active: m.GetActive(), LastContact: contact})
 	}
 	return members, resp.AnsweredBy, nil
 }

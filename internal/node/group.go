@@ -41,6 +41,10 @@ type group struct {
 	status atomic.Pointer[groupStatus]
 	mu     sync.Mutex
 	ms     []Member // guarded by mu: the member list, for readers off the loop
+	// heard maps a sender's raft id to when its last message arrived
+	// (*atomic.Int64, nanoseconds since epoch), for Members.
+	heard sync.Map
+	epoch time.Time
 	// removed is guarded by mu: the removed members, for the raft port.
 	removed removedSet
 
@@ -78,7 +82,27 @@ func newGroup(c *core, p *proposer, tick time.Duration) *group {
 		appendQ: newQueue[appendJob](), doneQ: newQueue[*raftpb.Message](),
 		stop: make(chan struct{}), failed: make(chan struct{}), loopDone: make(chan struct{})}
 	g.status.Store(&groupStatus{})
+	g.epoch = time.Now()
 	return g
+}
+
+// heardFrom records that a message from id arrived now.
+func (g *group) heardFrom(id uint64) {
+	v, ok := g.heard.Load(id)
+	if !ok {
+		v, _ = g.heard.LoadOrStore(id, new(atomic.Int64))
+	}
+	v.(*atomic.Int64).Store(int64(time.Since(g.epoch)))
+}
+
+// sinceHeard is how long ago the last message from id arrived (ok=false:
+// never, since this node started).
+func (g *group) sinceHeard(id uint64) (time.Duration, bool) {
+	v, ok := g.heard.Load(id)
+	if !ok {
+		return 0, false
+	}
+	return time.Since(g.epoch) - time.Duration(v.(*atomic.Int64).Load()), true
 }
 
 // start runs the loop and the append worker, sending through trans.
@@ -349,6 +373,7 @@ func (g *group) failure() error {
 // deliver hands the loop a message from the network.
 func (g *group) deliver(m *raftpb.Message) {
 	stagetrace.Msg("deliver", m)
+	g.heardFrom(m.GetFrom())
 	select {
 	case g.inbox <- m:
 	case <-g.stop:

@@ -28,6 +28,16 @@ type MemberStatus struct {
 	Leader bool
 	// Suffrage is "Voter", or "Learner" while a new member catches up.
 	Suffrage string
+	// What the leader knows of the member's log (zero when this node does
+	// not lead, and for the leader itself): Match is the highest index
+	// known to be in it, Lag the entries it is behind the leader's commit.
+	Match, Lag uint64
+	// Active: the leader heard from it within an election timeout (raft's
+	// RecentActive; the leader itself always).
+	Active bool
+	// LastContact is how long ago this node last heard from the member
+	// (0 for itself; -1 if never since this node started).
+	LastContact time.Duration
 }
 
 // Members returns the group's members as this node knows them.
@@ -36,9 +46,21 @@ func (n *Node) Members(ctx context.Context) ([]MemberStatus, error) {
 	err := n.group.control(ctx, func(c *core) {
 		st := c.rn.Status()
 		for _, m := range c.members.sorted() {
-			s := MemberStatus{Member: m, Leader: m.ID == st.Lead, Suffrage: "Voter"}
+			s := MemberStatus{Member: m, Leader: m.ID == st.Lead, Suffrage: "Voter", LastContact: -1}
 			if hasID(st.Config.Learners, m.ID) {
 				s.Suffrage = "Learner"
+			}
+			if pr, ok := st.Progress[m.ID]; ok && m.ID != c.cfg.id {
+				s.Match, s.Active = pr.Match, pr.RecentActive
+				if commit := st.GetCommit(); commit > pr.Match {
+					s.Lag = commit - pr.Match
+				}
+			}
+			switch d, ok := n.group.sinceHeard(m.ID); {
+			case m.ID == c.cfg.id:
+				s.LastContact, s.Active = 0, true
+			case ok:
+				s.LastContact = d
 			}
 			out = append(out, s)
 		}

@@ -15,14 +15,25 @@ import (
 	"github.com/fencehq/fence/internal/node"
 )
 
+// Members answers with the leader's view (it alone knows each member's
+// progress): a follower that knows the leader's address sends the caller
+// there; without a leader, a node answers with its own view.
 func (v *service) Members(ctx context.Context, _ *api.MembersRequest) (*api.MembersResponse, error) {
+	if id, _, addr := v.s.node.Leader(); !v.s.Ready() && id != "" && id != v.s.cfg.NodeID && addr != "" {
+		return nil, v.s.notLeader()
+	}
 	ms, err := v.s.node.Members(ctx)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "raft configuration: %v", err)
 	}
 	resp := &api.MembersResponse{AnsweredBy: v.s.cfg.NodeID}
 	for _, m := range ms {
-		resp.Members = append(resp.Members, &api.Member{Id: m.Name, RaftAddr: m.RaftAddr, Leader: m.Leader, Suffrage: m.Suffrage})
+		contact := int64(-1)
+		if m.LastContact >= 0 {
+			contact = m.LastContact.Milliseconds()
+		}
+		resp.Members = append(resp.Members, &api.Member{Id: m.Name, RaftAddr: m.RaftAddr, Leader: m.Leader, Suffrage: m.Suffrage,
+			MatchIndex: m.Match, Lag: m.Lag, Active: m.Active, LastContactMs: contact})
 	}
 	return resp, nil
 }
