@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,7 +31,7 @@ func TestSignedKeyMustReadAsStored(t *testing.T) {
 		h, _, name := setup(t, db)
 		tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"},
 			Verifier: newVerifier(t, pub), LockName: func(k []string) string { return "totals/" + k[0] },
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +175,7 @@ func TestRefusalsAreCounted(t *testing.T) {
 	obs := fencingmetrics.New(reg)
 	tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"}, Mode: fencing.Observe,
 		Observer: obs, Verifier: newVerifier(t, pub), LockName: func(k []string) string { return "totals/" + k[0] },
-		Limit: fencing.Limit{Max: 1000}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Limit: fencing.Limit{Max: 1000}, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -249,7 +247,7 @@ func TestTableSigned(t *testing.T) {
 		h, plain, name := setup(t, db)
 		lockName := func(k []string) string { return "totals/" + k[0] }
 		tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: db.Dialect, Name: name, Key: []string{"id"},
-			Verifier: newVerifier(t, pub), LockName: lockName, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			Verifier: newVerifier(t, pub), LockName: lockName, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -413,16 +413,27 @@ func (t *Table) plainWrite(ctx context.Context, r Runner, keys []any, cols []col
 		return fmt.Errorf("fencing: update %s: %w", t.cfg.Name, err)
 	}
 	if n == 0 {
-		q := &query{d: t.cfg.Dialect}
-		q.text("SELECT 1 FROM ", t.name)
-		t.where(q, keys)
-		if _, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...); err != nil {
+		if found, err := t.rowExists(ctx, r, keys, nil); err != nil {
 			return err
 		} else if !found {
 			return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
 		}
 	}
 	return nil
+}
+
+// rowExists reports whether a row has this key (and, with exact, a stored
+// key that reads exactly so).
+func (t *Table) rowExists(ctx context.Context, r Runner, keys []any, exact []string) (bool, error) {
+	q := &query{d: t.cfg.Dialect}
+	q.text("SELECT 1 FROM ", t.name)
+	t.where(q, keys)
+	t.whereExact(q, exact)
+	_, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return false, fmt.Errorf("fencing: read %s: %w", t.cfg.Name, err)
+	}
+	return found, nil
 }
 
 // storedFence reads the row's fence with a locking read, so that inside the
@@ -482,13 +493,9 @@ func (t *Table) checkKeyTypes(ctx context.Context, r Runner) error {
 // checkExact tells a row whose stored key reads otherwise than exact (so
 // a signed write did not match it) from a stale write.
 func (t *Table) checkExact(ctx context.Context, r Runner, keys []any, exact []string) error {
-	q := &query{d: t.cfg.Dialect}
-	q.text("SELECT 1 FROM ", t.name)
-	t.where(q, keys)
-	t.whereExact(q, exact)
-	_, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...)
+	found, err := t.rowExists(ctx, r, keys, exact)
 	if err != nil {
-		return fmt.Errorf("fencing: read %s: %w", t.cfg.Name, err)
+		return err
 	}
 	if !found {
 		return &SignatureError{Resource: t.cfg.Name, Reason: fmt.Sprintf(

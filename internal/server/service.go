@@ -362,9 +362,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 // first, when the grant is the answer: its caller must know it holds it
 // (the lease's renewals, judged by the same policy, then decide how long).
 func (v *service) withdraw(cmd fsm.Command, refused error) (*api.AcquireResponse, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name}); err != nil {
+	if err := v.cancelWait(cmd); err != nil {
 		return nil, proposeErr(err) // unknown whether it was granted: the client retries the call
 	}
 	if resp, done, err := v.waitOutcome(cmd); done && err == nil {
@@ -423,9 +421,17 @@ func (v *service) leaveWait(cmd fsm.Command, wake chan uint64) {
 	if !queued {
 		return
 	}
+	_ = v.cancelWait(cmd)
+}
+
+// cancelWait takes an Acquire call out of its lock's queue if it is still
+// queued there (a CancelWait; it undoes no grant), with a 5 s budget of
+// its own: the call's context may have ended.
+func (v *service) cancelWait(cmd fsm.Command) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
+	_, err := v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindCancelWait, Lease: cmd.Lease, Seq: cmd.Seq, Name: cmd.Name})
+	return err
 }
 
 func (v *service) Release(ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {
