@@ -15,7 +15,7 @@ import (
 
 func newServe(g *globals) *cobra.Command {
 	cfg := server.DefaultConfig()
-	var logLevel, bootstrap string
+	var logLevel, logFormat, bootstrap string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a fence node (a single node by default, data in ./fence-data)",
@@ -69,7 +69,15 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			opts := &slog.HandlerOptions{Level: level}
+			switch logFormat {
+			case "text":
+				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts))
+			case "json":
+				cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts))
+			default:
+				return fmt.Errorf("--log-format %q: use text or json", logFormat)
+			}
 			var err error
 			if cfg.Bootstrap, err = server.ParsePeers(bootstrap); err != nil {
 				return fmt.Errorf("--bootstrap: %w", err)
@@ -120,6 +128,8 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "client gRPC address")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz, /leaderz ("" disables)`)
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address (other members connect here)")
+	f.StringVar(&cfg.AdvertiseGRPCAddr, "advertise-grpc-addr", "", "gRPC address clients are sent to when this node leads (default --grpc-addr; needed in a cluster when that binds 0.0.0.0)")
+	f.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", "", "raft address the other members dial, recorded in the membership and never changed (default --raft-addr; needed when that binds 0.0.0.0)")
 	f.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA certificate that client and member certificates must chain to (default: the dev CA in <data-dir>/tls, on loopback only)")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "this node's certificate (a node certificate of the CA: 'fence certs create-node'); re-read on SIGHUP")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "this node's certificate's key; re-read on SIGHUP")
@@ -140,6 +150,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	_ = f.MarkDeprecated("snapshot-interval", "it has no effect: snapshots are taken as soon as --snapshot-threshold entries are applied")
 	f.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text (key=value lines) or json (one object per line)")
 	f.StringVar(&cfg.RaftLogLevel, "raft-log-level", cfg.RaftLogLevel, "the raft library's own log level: debug, info, warn, error or off")
 	f.StringVar(&cfg.AuditFile, "audit-file", "", "append a JSON line per committed lease or lock change (grants, releases, lease starts and ends) to this file")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-addr (keep that address private)")

@@ -567,12 +567,10 @@ func (c *core) applyEntries(ents []*raftpb.Entry) {
 		switch e.GetType() {
 		case raftpb.EntryNormal:
 			c.applyNormal(e)
-		case raftpb.EntryConfChange:
-			var cc raftpb.ConfChange
-			c.applyConfChange(e, &cc)
-		case raftpb.EntryConfChangeV2:
-			var cc raftpb.ConfChangeV2
-			c.applyConfChange(e, &cc)
+		default:
+			if cc, ok, err := confChangeOf(e); ok {
+				c.applyConfChange(e, cc, err)
+			}
 		}
 		c.applied = e.GetIndex()
 	}
@@ -628,12 +626,9 @@ func (c *core) applyNormal(e *raftpb.Entry) {
 	}
 }
 
-func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
-	proto.Message
-	raftpb.ConfChangeI
-}) {
-	if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-		c.cfg.logger.Error("skipping an undecodable membership change", "index", e.GetIndex(), "err", err)
+func (c *core) applyConfChange(e *raftpb.Entry, cc raftpb.ConfChangeI, decodeErr error) {
+	if decodeErr != nil {
+		c.cfg.logger.Error("skipping an undecodable membership change", "index", e.GetIndex(), "err", decodeErr)
 		return
 	}
 	v2 := cc.AsV2()
@@ -645,20 +640,7 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc interface {
 	if v := c.cs.GetVoters(); len(v) == 1 && v[0] == c.cfg.id && c.state != raft.StateLeader {
 		c.campaign = true // the only voter waits for no one (a new single node, a group shrunk to one)
 	}
-	for _, ch := range v2.GetChanges() {
-		switch ch.GetType() {
-		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-			if err == nil && mc.ID == ch.GetNodeId() {
-				c.members[mc.ID] = mc.Member
-				delete(c.removed, mc.ID) // AddMember refuses removed names; a log written before it may not
-			}
-		case raftpb.ConfChangeRemoveNode:
-			if m, ok := c.members[ch.GetNodeId()]; ok {
-				c.removed[m.ID] = m.Name
-			}
-			delete(c.members, ch.GetNodeId())
-		}
-	}
+	c.members.apply(v2, mc, err, c.removed)
 	c.cfg.membersChanged(c.members, c.removed)
 	if i := slices.Index(c.changes, mc.Proposal); mc.Proposal != 0 && i >= 0 {
 		c.changes = slices.Delete(c.changes, i, i+1)

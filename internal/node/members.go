@@ -10,7 +10,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math"
 	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/internal/raftstore"
 )
 
 // Member is one node of the raft group as fence knows it: its name (the
@@ -90,6 +96,86 @@ func decodeContext(b []byte) (memberContext, error) {
 type members map[uint64]Member
 
 func (ms members) sorted() []Member { return slices.SortedFunc(maps.Values(ms), byName) }
+
+// apply changes the address book as the membership change v2 does; mc is
+// its context as decodeContext returned it, with that call's error (an
+// add without a readable member adds no address). A removed member's name
+// goes into removed. An update (a lone member that moved: Node.moved)
+// changes a member's address and nothing else.
+func (ms members) apply(v2 *raftpb.ConfChangeV2, mc memberContext, ctxErr error, removed removedSet) {
+	for _, ch := range v2.GetChanges() {
+		switch ch.GetType() {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			if ctxErr == nil && mc.ID == ch.GetNodeId() {
+				ms[mc.ID] = mc.Member
+				delete(removed, mc.ID) // AddMember refuses removed names; a log written before it may not
+			}
+		case raftpb.ConfChangeUpdateNode:
+			if _, ok := ms[mc.ID]; ok && ctxErr == nil && mc.ID == ch.GetNodeId() {
+				ms[mc.ID] = mc.Member
+			}
+		case raftpb.ConfChangeRemoveNode:
+			if m, ok := ms[ch.GetNodeId()]; ok {
+				removed[m.ID] = m.Name
+			}
+			delete(ms, ch.GetNodeId())
+		}
+	}
+}
+
+// confChangeOf decodes a membership change entry; ok is false for an entry
+// of another type.
+func confChangeOf(e *raftpb.Entry) (cc raftpb.ConfChangeI, ok bool, err error) {
+	var m interface {
+		proto.Message
+		raftpb.ConfChangeI
+	}
+	switch e.GetType() {
+	case raftpb.EntryConfChange:
+		m = &raftpb.ConfChange{}
+	case raftpb.EntryConfChangeV2:
+		m = &raftpb.ConfChangeV2{}
+	default:
+		return nil, false, nil
+	}
+	return m, true, proto.Unmarshal(e.GetData(), m)
+}
+
+// recordedMembers is the address book as a log on disk has it: its
+// snapshot's members, then every membership change after it, committed or
+// not (the latest word on an address), before raft replays any of it.
+func recordedMembers(s *raftstore.Store) (members, error) {
+	ms := members{}
+	snap, err := s.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	if len(snap.GetData()) > 0 {
+		if ms, _, _, err = decodeSnapshot(snap.GetData()); err != nil {
+			return nil, err
+		}
+	}
+	first, err := s.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	last, err := s.LastIndex()
+	if err != nil || last < first {
+		return ms, err
+	}
+	ents, err := s.Entries(first, last+1, math.MaxUint64)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if cc, ok, err := confChangeOf(e); ok && err == nil {
+			v2 := cc.AsV2()
+			mc, err := decodeContext(v2.GetContext())
+			ms.apply(v2, mc, err, removedSet{})
+		}
+	}
+	return ms, nil
+}
 
 // byName orders members by name.
 func byName(a, b Member) int { return cmp.Compare(a.Name, b.Name) }

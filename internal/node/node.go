@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencehq/fence/internal/audit"
 	"github.com/fencehq/fence/internal/clock"
@@ -33,9 +34,15 @@ type Config struct {
 	Name string
 	// DataDir holds FORMAT, LOCK and the raft log (raft/).
 	DataDir string
-	// RaftAddr is where the transport listens; other members reach this node there.
+	// RaftAddr is where other members reach this node: recorded in the
+	// membership when the group is bootstrapped, and checked on every later
+	// start (a member's address never changes: the others would go on
+	// dialing the old one). The transport listens there unless RaftListener
+	// is set.
 	RaftAddr string
-	// RaftListener, if set, is where the transport serves instead (tests).
+	// RaftListener, if set, is where the transport serves (the server binds
+	// every port before it touches the data dir; tests pick free ports).
+	// New takes it over: it is closed with the node, or when New fails.
 	RaftListener net.Listener
 	// ClientAddr is this node's gRPC address, recorded in the replicated
 	// state when it leads so that followers can redirect clients.
@@ -98,6 +105,7 @@ type Node struct {
 	id        uint64
 	clusterID uint64
 
+	lis      net.Listener // the raft port until the transport takes it over
 	dirLock  *os.File
 	store    *raftstore.Store
 	trans    *transport.Transport
@@ -139,6 +147,19 @@ func New(cfg Config) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
+	// The port first: a start that cannot listen changes nothing on disk.
+	lis := cfg.RaftListener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", cfg.RaftAddr); err != nil {
+			return fmt.Errorf("raft listener on %s: %w", cfg.RaftAddr, err)
+		}
+	}
+	n.lis = lis
+	if cfg.RaftAddr == "" {
+		n.cfg.RaftAddr = lis.Addr().String()
+		cfg = n.cfg
+	}
 	if cfg.AuditFile != "" {
 		var err error
 		if n.audit, err = audit.Open(cfg.AuditFile); err != nil {
@@ -158,6 +179,9 @@ func (n *Node) open() error {
 	}
 	boot, err := n.openLog(created)
 	if err != nil {
+		return err
+	}
+	if err := n.checkRecordedAddr(); err != nil {
 		return err
 	}
 
@@ -183,12 +207,6 @@ func (n *Node) open() error {
 	n.group = g
 	g.setMembers(c.members, c.removed)
 
-	lis := cfg.RaftListener
-	if lis == nil {
-		if lis, err = net.Listen("tcp", cfg.RaftAddr); err != nil {
-			return fmt.Errorf("raft listener on %s: %w", cfg.RaftAddr, err)
-		}
-	}
 	n.trans, err = transport.New(transport.Config{ClusterID: n.clusterID, LocalID: n.id, Listener: lis, Log: n.log,
 		ServerTLS: cfg.RaftServerTLS, ClientTLS: cfg.RaftClientTLS, AuthorizePeer: g.authorizePeer,
 		Deliver: g.deliver,
@@ -203,9 +221,9 @@ func (n *Node) open() error {
 			g.tryControl(func(c *core) { c.rn.ReportSnapshot(id, st) })
 		}})
 	if err != nil {
-		lis.Close()
 		return err
 	}
+	n.lis = nil // the transport owns it now
 	var trans Transport = n.trans
 	if cfg.WrapTransport != nil {
 		trans = cfg.WrapTransport(trans)
@@ -294,6 +312,31 @@ func (n *Node) openLog(fresh bool) ([]Member, error) {
 	return boot, nil
 }
 
+// checkRecordedAddr refuses a restart of a member of a cluster under
+// another raft address than the one the log records for it: the other
+// members would go on dialing the old one (and a node with a new address
+// reaches them, so the mistake would show only as a member the others call
+// unreachable). A lone member may move: it records its new address itself
+// once it leads (moved).
+func (n *Node) checkRecordedAddr() error {
+	ms, err := recordedMembers(n.store)
+	if err != nil {
+		return fmt.Errorf("raft log %s: member list: %w", n.store.Dir(), err)
+	}
+	m, ok := ms[n.id]
+	if !ok || m.RaftAddr == n.cfg.RaftAddr {
+		return nil
+	}
+	if len(ms) == 1 {
+		n.log.Info("this single node's raft address changed; it records the new one", "recorded", m.RaftAddr, "now", n.cfg.RaftAddr)
+		return nil
+	}
+	return fmt.Errorf("the cluster knows this node (%s) at raft address %s, where the other members dial it, but this start gives %s "+
+		"(--advertise-raft-addr, else --raft-addr): a member's raft address does not change. Start it with %s; "+
+		"to move a member, add a new one under another --node-id on an empty --data-dir, then remove this one (fence members remove %s; see README, Operations)",
+		n.cfg.Name, m.RaftAddr, n.cfg.RaftAddr, m.RaftAddr, n.cfg.Name)
+}
+
 // ClusterIDOf is the cluster id of a group bootstrapped with members: a hash
 // of their names and addresses, so every node of the list computes the same
 // id on its own and two groups with different lists never talk.
@@ -326,7 +369,25 @@ func (n *Node) leadership(leading bool) {
 	n.replica.read(n.lessor.activate)
 	n.led.Store(true)
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.announce() }()
+	go func() { defer n.wg.Done(); n.moved(); n.announce() }()
+}
+
+// moved records, in the membership, the new raft address of a lone member
+// that restarted on another one (checkRecordedAddr lets only a lone member
+// move), so that a node that joins later dials the right one.
+func (n *Node) moved() {
+	var recorded Member
+	var alone bool
+	if err := n.group.control(context.Background(), func(c *core) {
+		recorded, alone = c.members[n.id], len(c.members) == 1
+	}); err != nil || !alone || recorded.RaftAddr == n.cfg.RaftAddr || recorded.ID != n.id {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.changeMember(ctx, raftpb.ConfChangeUpdateNode, Member{Name: n.cfg.Name, RaftAddr: n.cfg.RaftAddr, ID: n.id}); err != nil {
+		n.log.Warn("could not record this node's new raft address; a node that joins would dial the old one", "err", err)
+	}
 }
 
 // announce records this leader's client address in the replicated state, so
@@ -538,6 +599,9 @@ func (n *Node) Close() error {
 		n.wg.Wait()
 		if n.trans != nil {
 			errs = append(errs, n.trans.Close())
+		}
+		if n.lis != nil {
+			n.lis.Close() // a start that failed before the transport took it
 		}
 		if n.store != nil {
 			errs = append(errs, n.store.Close())

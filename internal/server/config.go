@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,9 +39,19 @@ type Config struct {
 	// Pprof also serves /debug/pprof/ on MetricsAddr (profiles reveal internals:
 	// keep that address private).
 	Pprof bool
-	// RaftAddr is the raft transport's address (TCP streams). Other members
-	// reach this node there, so it must be a concrete address, not 0.0.0.0.
+	// RaftAddr is where the raft transport listens (TCP streams). Other
+	// members reach this node there unless AdvertiseRaftAddr says otherwise.
 	RaftAddr string
+	// AdvertiseGRPCAddr is the gRPC address clients are sent to when this
+	// node leads (followers redirect there); empty: GRPCAddr. Give it when
+	// GRPCAddr binds every interface (0.0.0.0:7300) or is not what clients
+	// dial (a pod's DNS name, a NAT).
+	AdvertiseGRPCAddr string
+	// AdvertiseRaftAddr is the raft address the other members dial, recorded
+	// in the membership; empty: RaftAddr. Required when RaftAddr binds every
+	// interface. A member's recorded address never changes: a later start
+	// that advertises another one is refused.
+	AdvertiseRaftAddr string
 	// AuditFile, if set, receives one JSON line (AuditRecord) per applied
 	// entry that started or ended a lease or granted or released a lock.
 	AuditFile string
@@ -136,6 +147,39 @@ type Config struct {
 	RaftLogLevel string
 }
 
+// checkAdvertised refuses advertised addresses nobody can dial, and a bind
+// address on every interface with nothing advertised where another node
+// must dial it: the raft port always (the membership records it), the
+// gRPC port in a cluster (followers redirect clients to the leader's).
+func (c *Config) checkAdvertised() []error {
+	var errs []error
+	for _, a := range []struct{ flag, addr string }{{"--advertise-grpc-addr", c.AdvertiseGRPCAddr}, {"--advertise-raft-addr", c.AdvertiseRaftAddr}} {
+		if a.addr == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a.addr)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			errs = append(errs, fmt.Errorf("%s %q: give host:port, with a host or IP the other nodes can dial and a port 1-65535", a.flag, a.addr))
+		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			errs = append(errs, fmt.Errorf("%s %q: %s is every interface, not an address anyone can dial; give this node's own host name or IP", a.flag, a.addr, host))
+		}
+	}
+	unspecified := func(addr string) bool {
+		host, _, err := net.SplitHostPort(addr)
+		ip := net.ParseIP(host)
+		return err == nil && (host == "" || ip != nil && ip.IsUnspecified())
+	}
+	if c.RaftListener == nil && c.AdvertiseRaftAddr == "" && unspecified(c.RaftAddr) {
+		errs = append(errs, fmt.Errorf("--raft-addr %s listens on every interface, which is not an address other members can dial: "+
+			"give --advertise-raft-addr host:port (this node's own name or IP)", c.RaftAddr))
+	}
+	if c.AdvertiseGRPCAddr == "" && unspecified(c.GRPCAddr) && (len(c.Bootstrap) > 1 || len(c.Join) > 0) {
+		errs = append(errs, fmt.Errorf("--grpc-addr %s listens on every interface, which followers cannot send clients to: "+
+			"give --advertise-grpc-addr host:port (this node's own name or IP)", c.GRPCAddr))
+	}
+	return errs
+}
+
 // Peer is one voter of a bootstrap list.
 type Peer struct {
 	ID       string
@@ -194,7 +238,8 @@ func (c *Config) Validate() error {
 	}
 	check(c.DataDir != "", "data dir is empty")
 	check(c.GRPCAddr != "", "gRPC address is empty")
-	check(c.RaftAddr != "", "raft address is empty")
+	check(c.RaftAddr != "" || c.RaftListener != nil, "raft address is empty")
+	errs = append(errs, c.checkAdvertised()...)
 	check(c.MinTTL >= fsm.MinTTL && c.MinTTL <= c.MaxTTL && c.MaxTTL <= fsm.MaxTTL,
 		"TTL bounds %v…%v must satisfy %v ≤ min ≤ max ≤ %v", c.MinTTL, c.MaxTTL, fsm.MinTTL, fsm.MaxTTL)
 	check(c.DefaultLockDelay >= 0 && c.DefaultLockDelay <= fsm.MaxLockDelay,
@@ -231,11 +276,14 @@ func (c *Config) Validate() error {
 			ids[p.ID] = true
 			self = self || p.ID == c.NodeID
 			if p.ID == c.NodeID {
-				addr := c.RaftAddr
+				addr, flag := c.RaftAddr, "--raft-addr"
 				if c.RaftListener != nil {
 					addr = c.RaftListener.Addr().String()
 				}
-				check(p.RaftAddr == addr, "bootstrap gives this node (%s) raft address %s, but --raft-addr is %s", p.ID, p.RaftAddr, addr)
+				if c.AdvertiseRaftAddr != "" {
+					addr, flag = c.AdvertiseRaftAddr, "--advertise-raft-addr"
+				}
+				check(p.RaftAddr == addr, "bootstrap gives this node (%s) raft address %s, but %s is %s", p.ID, p.RaftAddr, flag, addr)
 			}
 		}
 		check(self, "the bootstrap list must include this node (%s)", c.NodeID)

@@ -168,7 +168,7 @@ func TestFormatFileWritten(t *testing.T) {
 		t.Fatalf("format file: %q %v", b, err)
 	}
 	s.Close()
-	if _, err := newServerOn(t, dir); err != nil {
+	if _, err := newServerOn(t, dir); err != nil { // on another raft port: a single node may move
 		t.Fatalf("restart on its own data dir: %v", err)
 	}
 }

@@ -158,7 +158,7 @@ func (s *Server) askToJoin(ctx context.Context, addr string) (*node.JoinInfo, er
 	if s.cfg.AdminToken != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, AdminHeader, "Bearer "+s.cfg.AdminToken)
 	}
-	resp, err := api.NewFenceClient(conn).AddMember(ctx, &api.AddMemberRequest{Id: s.cfg.NodeID, RaftAddr: s.cfg.RaftAddr})
+	resp, err := api.NewFenceClient(conn).AddMember(ctx, &api.AddMemberRequest{Id: s.cfg.NodeID, RaftAddr: s.AdvertisedRaftAddr()})
 	if err != nil {
 		return nil, err
 	}

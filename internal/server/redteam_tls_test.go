@@ -215,7 +215,7 @@ func TestRedteamTLSRestartedClusterMemberTakesTheDevSetup(t *testing.T) {
 	}
 	// Restart n1 as documented (no --bootstrap), forgetting --insecure.
 	cfg := locktest.Config(dirs[0])
-	cfg.NodeID, cfg.Insecure = "n1", false
+	cfg.NodeID, cfg.Insecure, cfg.RaftAddr = "n1", false, peers[0].RaftAddr
 	s, err := server.New(cfg)
 	if err == nil {
 		defer s.Close()

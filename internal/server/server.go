@@ -5,12 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,12 +54,16 @@ type Server struct {
 	signer       atomic.Pointer[fencing.Signer]
 	tokenKeyFile string
 
-	grpc     *grpc.Server
-	grpcLis  net.Listener
-	http     *http.Server
-	httpLis  net.Listener
-	closeErr error
-	closed   sync.Once
+	grpc    *grpc.Server
+	grpcLis net.Listener
+	http    *http.Server
+	httpLis net.Listener
+	// raftLis is the raft port from listen until the node takes it over;
+	// raftAdvertised is where the other members dial it.
+	raftLis        net.Listener
+	raftAdvertised string
+	closeErr       error
+	closed         sync.Once
 	// stopHealth ends the health status updates (serveHealth).
 	stopHealth chan struct{}
 }
@@ -81,7 +88,7 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) open() error {
+func (s *Server) open() (err error) {
 	cfg := s.cfg
 	reg, gather := cfg.Registerer, cfg.Gatherer
 	if g, ok := reg.(prometheus.Gatherer); ok && gather == nil {
@@ -92,8 +99,25 @@ func (s *Server) open() error {
 		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg, gather = r, r
 	}
+	if err := cfg.checkDevSetup(); err != nil {
+		return err
+	}
+	if err := s.listen(); err != nil {
+		return err
+	}
 	var dev devSetup
-	var err error
+	_, statErr := os.Stat(cfg.DataDir)
+	defer func() {
+		if err == nil {
+			return
+		}
+		if dev.made {
+			os.RemoveAll(dev.dir) // a start that failed leaves no certificates behind
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
+			os.Remove(cfg.DataDir) // nor a data dir it made, if nothing else is in it
+		}
+	}()
 	if s.tls, dev, err = cfg.openTLS(s.log); err != nil {
 		return err
 	}
@@ -102,9 +126,6 @@ func (s *Server) open() error {
 	}
 	if err := s.openTokenKey(dev.dir); err != nil {
 		return err
-	}
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return fmt.Errorf("gRPC listener on %s: %w", cfg.GRPCAddr, err)
 	}
 	s.metrics = metrics.NewServer(reg, metrics.Gauges{
 		Leases:   s.gauge(func(st *fsm.State) int { return st.NumLeases() }),
@@ -118,12 +139,13 @@ func (s *Server) open() error {
 			r := s.node.RaftStatus()
 			return metrics.RaftStatus{Term: r.Term, Commit: r.Commit, Applied: r.Applied, LeaderChanges: r.LeaderChanges}
 		},
+		Peers: s.peerGauges,
 	})
 	raftLevel, err := node.ParseRaftLogLevel(cfg.RaftLogLevel)
 	if err != nil {
 		return err
 	}
-	ncfg := node.Config{Name: cfg.NodeID, DataDir: cfg.DataDir, RaftAddr: cfg.RaftAddr, RaftListener: cfg.RaftListener, ClientAddr: s.GRPCAddr(),
+	ncfg := node.Config{Name: cfg.NodeID, DataDir: cfg.DataDir, RaftAddr: s.AdvertisedRaftAddr(), RaftListener: s.raftLis, ClientAddr: s.AdvertisedGRPCAddr(),
 		WrapTransport: cfg.WrapTransport, TickInterval: cfg.TickInterval, MaxBatch: cfg.MaxBatch,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
@@ -139,6 +161,7 @@ func (s *Server) open() error {
 			return err
 		}
 	}
+	s.raftLis = nil // the node owns it now, and closes it if New fails
 	if s.node, err = node.New(ncfg); err != nil {
 		return err
 	}
@@ -172,10 +195,7 @@ func (s *Server) open() error {
 	s.serveHealth(s.grpc, s.stopHealth)
 	go s.grpc.Serve(s.grpcLis)
 
-	if cfg.MetricsAddr != "" {
-		if s.httpLis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
-			return fmt.Errorf("metrics listener on %s: %w", cfg.MetricsAddr, err)
-		}
+	if s.httpLis != nil {
 		if s.tls != nil {
 			s.httpLis = tls.NewListener(s.httpLis, s.tls.ServerConfig(tls.VerifyClientCertIfGiven))
 		}
@@ -213,8 +233,84 @@ func (s *Server) open() error {
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)} // refused handshakes, say
 		go s.http.Serve(s.httpLis)
 	}
-	s.log.Info("fence serving", "grpc", s.GRPCAddr(), "metrics", s.MetricsAddr(), "raft", s.node.RaftAddr(), "data_dir", cfg.DataDir, "tls", s.tls != nil)
+	s.log.Info("fence serving", "grpc", s.GRPCAddr(), "metrics", s.MetricsAddr(), "raft", s.node.RaftAddr(),
+		"advertised_grpc", s.AdvertisedGRPCAddr(), "advertised_raft", s.AdvertisedRaftAddr(), "data_dir", cfg.DataDir, "tls", s.tls != nil)
 	return nil
+}
+
+// listen binds every port of this node before anything is written: a busy
+// port fails the start with the data dir untouched (no certificates, no
+// raft log, no bootstrap).
+func (s *Server) listen() error {
+	bind := func(what, flag, addr string) (net.Listener, error) {
+		l, err := net.Listen("tcp", addr)
+		switch {
+		case errors.Is(err, syscall.EADDRINUSE):
+			return nil, fmt.Errorf("the %s port %s is in use (by another fence, or another program): free it or give another %s; nothing was written to the data dir", what, addr, flag)
+		case err != nil:
+			return nil, fmt.Errorf("the %s port (%s %s): %w; nothing was written to the data dir", what, flag, addr, err)
+		}
+		return l, nil
+	}
+	var err error
+	if s.grpcLis, err = bind("gRPC", "--grpc-addr", s.cfg.GRPCAddr); err != nil {
+		return err
+	}
+	if s.cfg.MetricsAddr != "" {
+		if s.httpLis, err = bind("metrics", "--metrics-addr", s.cfg.MetricsAddr); err != nil {
+			return err
+		}
+	}
+	if s.raftLis = s.cfg.RaftListener; s.raftLis == nil {
+		if s.raftLis, err = bind("raft", "--raft-addr", s.cfg.RaftAddr); err != nil {
+			return err
+		}
+	}
+	if s.raftAdvertised = s.cfg.AdvertiseRaftAddr; s.raftAdvertised == "" {
+		s.raftAdvertised = s.raftLis.Addr().String()
+	}
+	return nil
+}
+
+// AdvertisedGRPCAddr is the gRPC address this node gives out (recorded when
+// it leads, so followers redirect clients there): Config.AdvertiseGRPCAddr,
+// else the one it listens on.
+func (s *Server) AdvertisedGRPCAddr() string {
+	if s.cfg.AdvertiseGRPCAddr != "" {
+		return s.cfg.AdvertiseGRPCAddr
+	}
+	return s.GRPCAddr()
+}
+
+// AdvertisedRaftAddr is the raft address the other members dial (recorded
+// in the membership): Config.AdvertiseRaftAddr, else the one this node
+// listens on.
+func (s *Server) AdvertisedRaftAddr() string {
+	return s.raftAdvertised
+}
+
+// peerGauges are the other members as this node sees them, for the
+// per-peer metrics (none before the node runs, or if its loop does not
+// answer within a second).
+func (s *Server) peerGauges() []metrics.Peer {
+	if s.node == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ms, err := s.node.Members(ctx)
+	if err != nil {
+		return nil
+	}
+	leading := s.node.Ready()
+	var out []metrics.Peer
+	for _, m := range ms {
+		if m.Name == s.cfg.NodeID {
+			continue
+		}
+		out = append(out, metrics.Peer{Name: m.Name, LastContact: m.LastContact.Seconds(), Match: m.Match, Active: m.Active, Leading: leading})
+	}
+	return out
 }
 
 // gauge reads f of this node's state for a metric (0 before the node runs).
@@ -328,6 +424,11 @@ func (s *Server) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = s.http.Shutdown(ctx)
 			cancel()
+		} else if s.httpLis != nil {
+			s.httpLis.Close()
+		}
+		if s.raftLis != nil { // a start that failed before the node took it
+			s.raftLis.Close()
 		}
 		if s.node != nil {
 			s.closeErr = s.node.Close()

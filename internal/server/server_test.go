@@ -36,6 +36,7 @@ type testNode struct {
 	dir      string
 	conf     func(*Config)
 	grpcAddr string // pinned after the first start
+	raftAddr string // likewise: a member's raft address never changes
 }
 
 // startNode runs a single-node server in a temp dir on free loopback ports,
@@ -54,7 +55,7 @@ func (n *testNode) start() {
 	cfg.Insecure = true // these tests dial plaintext; tls_test.go covers TLS
 	cfg.DataDir, cfg.GRPCAddr, cfg.RaftAddr, cfg.MetricsAddr = n.dir, "127.0.0.1:0", "127.0.0.1:0", ""
 	if n.grpcAddr != "" {
-		cfg.GRPCAddr = n.grpcAddr
+		cfg.GRPCAddr, cfg.RaftAddr = n.grpcAddr, n.raftAddr
 	}
 	cfg.Clock = n.clock
 	cfg.Registerer = prometheus.NewRegistry()
@@ -74,11 +75,11 @@ func (n *testNode) start() {
 		n.t.Fatal(err)
 	}
 	// Keep the address across restarts, and let the leader record it first.
-	n.grpcAddr = srv.GRPCAddr()
+	n.grpcAddr, n.raftAddr = srv.GRPCAddr(), srv.RaftAddr()
 	for {
 		var recorded string
 		srv.node.View(func(s *fsm.State) { recorded, _ = s.NodeAddr(cfg.NodeID) })
-		if recorded == n.grpcAddr {
+		if recorded == srv.AdvertisedGRPCAddr() {
 			break
 		}
 		if ctx.Err() != nil {

@@ -32,16 +32,6 @@ func (c *Config) openTLS(log *slog.Logger) (_ *pki.Reloader, dev devSetup, _ err
 	}
 	files := c.TLS
 	if !files.Set() {
-		for _, addr := range c.listenAddrs() {
-			if !pki.IsLoopback(addr) {
-				return nil, dev, fmt.Errorf("%s is not a loopback address, and no TLS certificates were given: "+
-					"give --tls-ca, --tls-cert and --tls-key (make them with 'fence certs'), or --insecure to serve plaintext on purpose", addr)
-			}
-		}
-		if len(c.Bootstrap) > 1 || len(c.Join) > 0 {
-			return nil, dev, errors.New("the members of a cluster need certificates from one CA, and none were given: " +
-				"make them with 'fence certs' and give each member --tls-ca, --tls-cert and --tls-key (README, Security), or --insecure")
-		}
 		if err := node.CheckDataDir(c.DataDir); err != nil {
 			return nil, dev, err // refused before the dev setup writes into it
 		}
@@ -58,6 +48,26 @@ func (c *Config) openTLS(log *slog.Logger) (_ *pki.Reloader, dev devSetup, _ err
 	return r, dev, err
 }
 
+// checkDevSetup refuses, before anything is bound or written, a node that
+// would need the dev setup (no certificates, not --insecure) where it
+// cannot serve: beyond loopback, or in a cluster.
+func (c *Config) checkDevSetup() error {
+	if c.Insecure || c.TLS.Set() {
+		return nil
+	}
+	for _, addr := range c.listenAddrs() {
+		if !pki.IsLoopback(addr) {
+			return fmt.Errorf("%s is not a loopback address, and no TLS certificates were given: "+
+				"give --tls-ca, --tls-cert and --tls-key (make them with 'fence certs'), or --insecure to serve plaintext on purpose", addr)
+		}
+	}
+	if len(c.Bootstrap) > 1 || len(c.Join) > 0 {
+		return errors.New("the members of a cluster need certificates from one CA, and none were given: " +
+			"make them with 'fence certs' and give each member --tls-ca, --tls-cert and --tls-key (README, Security), or --insecure")
+	}
+	return nil
+}
+
 // devSetup is where the dev setup's certificates are ("" when it is not in
 // use) and whether this start made them.
 type devSetup struct {
@@ -67,8 +77,8 @@ type devSetup struct {
 
 // checkAlone refuses the dev setup for a node whose raft log makes it a
 // member of a cluster (a member restarted without its --tls-* flags: its
-// own dev CA would cut it off from the others), undoing the certificates
-// this start made.
+// own dev CA would cut it off from the others); open then removes the
+// certificates this start made.
 func (s *Server) checkAlone(dev devSetup) error {
 	if dev.dir == "" {
 		return nil
@@ -82,22 +92,22 @@ func (s *Server) checkAlone(dev devSetup) error {
 	if len(members) <= 1 {
 		return nil
 	}
-	if dev.made {
-		os.RemoveAll(dev.dir)
-	}
 	return fmt.Errorf("this node is a member of a cluster of %d (its raft log says so), and no TLS certificates were given: "+
 		"give it its --tls-ca, --tls-cert and --tls-key (certificates of the cluster's CA), or --insecure if the cluster runs plaintext", len(members))
 }
 
-// listenAddrs are the addresses this node listens on.
+// listenAddrs are the addresses this node listens on and gives out (the
+// dev setup's certificates name loopback only).
 func (c *Config) listenAddrs() []string {
 	raft := c.RaftAddr
 	if c.RaftListener != nil {
 		raft = c.RaftListener.Addr().String()
 	}
 	addrs := []string{c.GRPCAddr, raft}
-	if c.MetricsAddr != "" {
-		addrs = append(addrs, c.MetricsAddr)
+	for _, a := range []string{c.MetricsAddr, c.AdvertiseGRPCAddr, c.AdvertiseRaftAddr} {
+		if a != "" {
+			addrs = append(addrs, a)
+		}
 	}
 	return addrs
 }

@@ -1006,3 +1006,28 @@ func TestSnapshotOnTheWire(t *testing.T) {
 		t.Fatalf("snapshot results %v, want [{2 true}]", got)
 	}
 }
+
+// TestDeadPeerWarnsOnce: a peer that stays down is one WARN line, however
+// often the stream is retried (each retry is a DEBUG line), so one dead
+// member does not flood the other members' logs.
+func TestDeadPeerWarnsOnce(t *testing.T) {
+	a := newNode(t, 7, 1, "")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close() // nothing listens there: every dial is refused
+	a.tr.SetPeer(2, dead)
+	retries := func() int { return strings.Count(a.logs.String(), "raft stream to peer failed again") }
+	seq := uint64(0)
+	waitFor(t, "four retries of the dead peer", func() bool {
+		seq++
+		a.tr.Send([]*raftpb.Message{appMsg(1, 2, seq, 10)})
+		time.Sleep(5 * time.Millisecond)
+		return retries() >= 4
+	})
+	if n := strings.Count(a.logs.String(), "level=WARN"); n != 1 {
+		t.Fatalf("%d WARN lines for one dead peer after %d retries, want 1:\n%s", n, retries(), a.logs)
+	}
+}
