@@ -35,6 +35,24 @@ type Gauges struct {
 	IsLeader func() float64
 	// Raft reads the node's raft status (optional).
 	Raft func() RaftStatus
+	// Peers reads the other members as this node sees them (optional).
+	Peers func() []Peer
+}
+
+// Peer is another member as the per-peer gauges show it.
+type Peer struct {
+	// Name is the member's --node-id (the peer label: one series per
+	// member, so the count stays the cluster's size).
+	Name string
+	// LastContact is how long ago this node last heard from it; negative:
+	// never since this node started.
+	LastContact float64
+	// Match is the highest log index the leader knows is in its log and
+	// Active whether the leader heard from it within an election timeout;
+	// both only when Leading.
+	Match   uint64
+	Active  bool
+	Leading bool
 }
 
 // RaftStatus is what the raft gauges show.
@@ -82,7 +100,45 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 				Help: "Times the leader this node knows changed (to another member, or to none) since it started."},
 				raft(func(r RaftStatus) uint64 { return r.LeaderChanges })))
 	}
+	if g.Peers != nil {
+		reg.MustRegister(peerCollector(g.Peers))
+	}
 	return m
+}
+
+var (
+	peerLastContact = prometheus.NewDesc("fence_raft_peer_last_contact_seconds",
+		"Seconds since this node last heard from the member (absent: never since it started).", []string{"peer"}, nil)
+	peerMatch = prometheus.NewDesc("fence_raft_peer_match_index",
+		"The highest log index the leader knows is in the member's log (leader only).", []string{"peer"}, nil)
+	peerActive = prometheus.NewDesc("fence_raft_peer_active",
+		"1 if the leader heard from the member within an election timeout, else 0 (leader only).", []string{"peer"}, nil)
+)
+
+// peerCollector reports the per-peer gauges of every other member at each
+// scrape.
+type peerCollector func() []Peer
+
+func (peerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- peerLastContact
+	ch <- peerMatch
+	ch <- peerActive
+}
+
+func (f peerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range f() {
+		if p.LastContact >= 0 {
+			ch <- prometheus.MustNewConstMetric(peerLastContact, prometheus.GaugeValue, p.LastContact, p.Name)
+		}
+		if p.Leading {
+			active := 0.0
+			if p.Active {
+				active = 1
+			}
+			ch <- prometheus.MustNewConstMetric(peerMatch, prometheus.GaugeValue, float64(p.Match), p.Name)
+			ch <- prometheus.MustNewConstMetric(peerActive, prometheus.GaugeValue, active, p.Name)
+		}
+	}
 }
 
 // buildInfo is fence_build_info{version, revision, modified, goversion}, always 1.

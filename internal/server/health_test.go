@@ -2,9 +2,13 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +182,68 @@ func TestReadyzAndLeaderz(t *testing.T) {
 	waitCode(follower, "/readyz", http.StatusServiceUnavailable)
 	c.Heal()
 	waitCode(follower, "/readyz", 200)
+}
+
+// The per-peer gauges: on the leader, every other member's match index,
+// active flag and last contact, one series per member; a member cut off
+// goes inactive and its last contact grows.
+func TestPeerMetrics(t *testing.T) {
+	c := locktest.NewCluster(t, 3, func(cfg *server.Config) { cfg.MetricsAddr = "127.0.0.1:0" })
+	leader := c.Leader()
+	scrape := func() map[string]float64 {
+		resp, err := http.Get("http://" + leader.Server.MetricsAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := map[string]float64{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, val, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, "fence_raft_peer_") {
+				f, _ := strconv.ParseFloat(val, 64)
+				v[name] = f
+			}
+		}
+		return v
+	}
+	var cut *locktest.Node
+	eventually := func(what string, ok func(v map[string]float64) bool) map[string]float64 {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			v := scrape()
+			if ok(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, v)
+			}
+		}
+	}
+	series := func(metric, peer string) string { return fmt.Sprintf("%s{peer=%q}", metric, peer) }
+	v := eventually("every follower active, with a match index and a last contact", func(v map[string]float64) bool {
+		n := 0
+		for _, nd := range c.Nodes {
+			if nd == leader {
+				continue
+			}
+			cut = nd
+			if v[series("fence_raft_peer_active", nd.ID)] == 1 && v[series("fence_raft_peer_match_index", nd.ID)] >= 1 {
+				if _, ok := v[series("fence_raft_peer_last_contact_seconds", nd.ID)]; ok {
+					n++
+				}
+			}
+		}
+		return n == 2
+	})
+	if _, ok := v[series("fence_raft_peer_active", leader.ID)]; ok || len(v) != 6 {
+		t.Fatalf("want 3 series for each of the 2 other members, none for the leader itself: %v", v)
+	}
+	c.Partition(cut)
+	eventually("the cut-off member inactive, last heard from over half a second ago", func(v map[string]float64) bool {
+		return v[series("fence_raft_peer_active", cut.ID)] == 0 && v[series("fence_raft_peer_last_contact_seconds", cut.ID)] > 0.5
+	})
+	c.Heal()
 }
