@@ -160,12 +160,14 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 }
 
 // UnlockDetached ends the detached lease with the given secret, releasing
-// its lock. It returns an error matching ErrExpired if the lease had already
-// ended (the lock was not held to the end).
-func (c *Client) UnlockDetached(ctx context.Context, secret string) error {
+// its lock, and returns the name released. If that released nothing, its
+// error matches ErrNotHeld: the lease had ended already (an earlier unlock,
+// or its TTL ran out) or its lock had been force-released; the server cannot
+// tell which, since it forgets ended leases.
+func (c *Client) UnlockDetached(ctx context.Context, secret string) (released []string, err error) {
 	id, err := hex.DecodeString(secret)
 	if err != nil || len(id) != 16 {
-		return fmt.Errorf("fence: %q is not a lease secret (32 hex digits, as printed by fence lock)", secret)
+		return nil, fmt.Errorf("%w: %q is not a lease secret (32 hex digits, as printed by fence lock)", ErrInvalid, secret)
 	}
 	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: id}
 	var resp *api.RevokeResponse
@@ -174,13 +176,13 @@ func (c *Client) UnlockDetached(ctx context.Context, secret string) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("fence: unlock: %w", err)
+		return nil, fmt.Errorf("fence: unlock: %w", err)
 	}
 	// Revoke is idempotent: a lease that had ended releases nothing.
 	if len(resp.GetReleased()) == 0 {
-		return fmt.Errorf("%w: the lease had already ended before unlock", ErrExpired)
+		return nil, fmt.Errorf("%w: the lease had already ended (unlocked before, or its TTL ran out), or its lock was force-released", ErrNotHeld)
 	}
-	return nil
+	return resp.GetReleased(), nil
 }
 
 // Put writes value to the server's built-in fenced key-value store if token

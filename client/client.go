@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +48,11 @@ type Client struct {
 
 // Dial connects to a fence server, or to the members of a cluster (one
 // host:port per member; any subset will do while one of them leads). It waits
-// until one member is reachable or ctx ends. Calls go to the member believed
+// until one member is reachable or ctx ends (with [WithFailFast], only until
+// every member has failed once); its error then matches ErrUnreachable and
+// says why each member failed: its name does not resolve, the connection was
+// refused or not answered, the TLS handshake failed, or the port does not
+// speak fence's gRPC. Calls go to the member believed
 // to lead; a member that is not the leader or cannot be reached sends the
 // call to the next one, transparently. Broken connections are re-made with
 // backoff.
@@ -84,6 +87,11 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 		ms = append(ms, m)
 	}
 	c.ms.Store(&ms)
+	start := realClock.Now()
+	reaches := make([]*reach, len(ms))
+	for i, m := range ms {
+		reaches[i] = m.reach
+	}
 	for {
 		for i, m := range ms {
 			if m.conn.GetState() == connectivity.Ready {
@@ -91,35 +99,42 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 				return c, nil
 			}
 		}
+		if o.failFast && allAnswered(reaches) {
+			closeMembers(ms)
+			return nil, unreachable(reaches, clock.Since(realClock, start), nil)
+		}
 		if err := sleep(ctx, 10*time.Millisecond); err != nil {
 			closeMembers(ms)
-			return nil, fmt.Errorf("fence: cannot reach a server at %s: %w (is 'fence serve' running there?)", strings.Join(targets, ", "), err)
+			return nil, unreachable(reaches, clock.Since(realClock, start), err)
 		}
 	}
 }
 
 // member is one server the client can call.
 type member struct {
-	addr string
-	conn *grpc.ClientConn
-	api  api.FenceClient
+	addr  string
+	conn  *grpc.ClientConn
+	api   api.FenceClient
+	reach *reach // why connecting to it last failed
 }
 
 func (c *Client) connect(addr string) (*member, error) {
-	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
-		grpc.WithTransportCredentials(c.creds),
+	r := &reach{addr: addr, tls: c.creds.Info().SecurityProtocol == "tls"}
+	// passthrough: the name is resolved by r's dialer, which can tell a name
+	// that does not exist from a server that does not answer.
+	opts := append(r.dialOptions(c.creds),
 		// A member cut off without a TCP reset leaves a connection that looks
 		// fine; pings find it dead within ~3s, its calls fail UNAVAILABLE and
 		// the client moves on to the next member.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: time.Second, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
-			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
-	}, c.opts.dialOpts...)...)
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, c.opts.dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("fence: %s: %w", addr, err)
 	}
 	conn.Connect()
-	return &member{addr: addr, conn: conn, api: api.NewFenceClient(conn)}, nil
+	return &member{addr: addr, conn: conn, api: api.NewFenceClient(conn), reach: r}, nil
 }
 
 func closeMembers(ms []*member) error {
@@ -506,16 +521,20 @@ func (c *Client) retry(ctx context.Context, call func(context.Context) error) er
 		idx := c.cur.Load()
 		err := call(ctx)
 		switch status.Code(err) {
+		case codes.OK:
+			return nil
 		case codes.Unavailable:
 			c.moveOn(idx, err)
 		case codes.Canceled, codes.DeadlineExceeded:
 			if ctx.Err() != nil {
-				return err
+				return refusal(err, c.memberAt(idx).addr, ctx.Err())
 			}
 		case codes.InvalidArgument:
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
+			return refusal(err, c.memberAt(idx).addr, ErrInvalid)
+		case codes.Unimplemented: // not a fence gRPC port (or an older fence)
+			return refusal(err, c.memberAt(idx).addr, ErrUnreachable)
 		default:
-			return err
+			return refusal(err, c.memberAt(idx).addr, nil)
 		}
 		if tried < len(c.members()) {
 			continue // try the next member at once

@@ -157,3 +157,23 @@ func TestAdminToken(t *testing.T) {
 		t.Fatalf("ForceRelease with the admin token: %v %v", released, err)
 	}
 }
+
+// TestUnlockDetached: unlock names the lock it released; a second unlock of
+// the same lease releases nothing and says so with ErrNotHeld, not ErrExpired.
+func TestUnlockDetached(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr)
+	d, err := c.LockDetached(ctxT(t, 5*time.Second), "job", 7*time.Second, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if released, err := c.UnlockDetached(ctxT(t, 5*time.Second), d.Secret); err != nil || len(released) != 1 || released[0] != "job" {
+		t.Fatalf("unlock: %v %v, want [job]", released, err)
+	}
+	if released, err := c.UnlockDetached(ctxT(t, 5*time.Second), d.Secret); !errors.Is(err, client.ErrNotHeld) || errors.Is(err, client.ErrExpired) || released != nil {
+		t.Fatalf("second unlock: %v %v, want ErrNotHeld (and not ErrExpired)", released, err)
+	}
+	if _, err := c.UnlockDetached(ctxT(t, 5*time.Second), "zz"); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("unlock of a non-secret: %v, want ErrInvalid", err)
+	}
+}

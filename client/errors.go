@@ -3,6 +3,10 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Errors. Match them with errors.Is; the values returned wrap them with detail.
@@ -34,8 +38,16 @@ var (
 	// locks live on. A kind of ending like ErrExpired: stop the work.
 	ErrRevoked = errors.New("fence: lock force-released by an admin")
 	// ErrNotHeld: ForceRelease found the lock not held (or its grant ended
-	// meanwhile); nothing was released.
+	// meanwhile), or UnlockDetached found its lease holding no lock; nothing
+	// was released.
 	ErrNotHeld = errors.New("fence: lock not held")
+	// ErrUnreachable: Dial reached no member. The error says why for each
+	// (no such host, connection refused, no answer in time, TLS handshake
+	// failed, not a fence gRPC port) and, if Dial's context ended, also
+	// matches the context's error. A call's error matches it too when the
+	// member does not serve the call at all (gRPC's Unimplemented: an HTTP
+	// port such as fence's metrics port, or a fence older than the client).
+	ErrUnreachable = errors.New("fence: cannot reach a fence server")
 	// ErrInvalid: the call was refused for a bad argument (by this client, or
 	// by the server: gRPC code InvalidArgument); nothing was changed.
 	ErrInvalid = errors.New("fence: invalid argument")
@@ -64,3 +76,49 @@ func (e *LockedError) Error() string {
 
 // Is makes errors.Is(err, ErrLocked) true.
 func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// callError is a call's failure as the server (or gRPC) reported it, worded
+// for people: the status message without gRPC's "rpc error: code = …
+// desc = …" framing. status.Code and status.FromError still see the status.
+type callError struct {
+	st   *status.Status
+	addr string // the member called
+	kind error  // what it matches besides the status (ErrInvalid, the context's error), or nil
+}
+
+// refusal wraps err, a gRPC status error from a call to addr, as a callError
+// that matches kind; other errors are returned as they are.
+func refusal(err error, addr string, kind error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	return &callError{st: st, addr: addr, kind: kind}
+}
+
+func (e *callError) Error() string {
+	msg := e.st.Message()
+	switch e.st.Code() {
+	case codes.InvalidArgument:
+		// The server's own checks already say "invalid: …".
+		return "invalid argument: " + strings.TrimPrefix(msg, "invalid: ")
+	case codes.PermissionDenied:
+		return "permission denied: " + msg
+	case codes.Unauthenticated:
+		return "not authenticated: " + msg
+	case codes.Unimplemented:
+		// An HTTP server (fence's metrics port) answers gRPC with 404, which
+		// gRPC reports as Unimplemented; so does a gRPC server without the call.
+		return e.addr + " does not serve this call: is it fence's gRPC port (--grpc-addr, default 7300) and not its metrics port, " +
+			"and a fence at least as new as this client?"
+	}
+	if msg == "" {
+		return e.st.Code().String()
+	}
+	return msg
+}
+
+// GRPCStatus is the status the server sent (for status.Code and status.FromError).
+func (e *callError) GRPCStatus() *status.Status { return e.st }
+
+func (e *callError) Unwrap() error { return e.kind }

@@ -31,6 +31,7 @@ type options struct {
 	token      string      // WithToken: the identity's bearer token, on every call
 	clock      clock.Clock // lease timing: deadlines, renewals; tests inject a fake
 	settleFor  time.Duration
+	failFast   bool // WithFailFast
 }
 
 func defaults() options {
@@ -179,6 +180,14 @@ func (o *options) transportTLS() (*tls.Config, error) {
 // (--policy-file names the token's SHA-256; 'fence policy hash-token'
 // computes it). It is sent only over TLS.
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithFailFast makes Dial give up as soon as every member has failed once
+// with an answer (its name does not resolve, it refused the connection,
+// its TLS handshake failed, it does not speak fence's gRPC) instead of
+// retrying until its context ends; a member that does not answer is still
+// waited for. For command-line tools, where a person waits; a service that
+// may start before the servers should leave it off.
+func WithFailFast() Option { return func(o *options) { o.failFast = true } }
 
 // WithDialOptions passes options to grpc.NewClient (TLS credentials, interceptors).
 // Without any, the client connects without TLS.

@@ -20,13 +20,44 @@ import (
 	"github.com/fencehq/fence/internal/server"
 )
 
-// Exit codes of fence (besides a command's own code, passed through by fence run).
+// Exit codes of fence: the one table (README.md, "Exit codes", documents it).
+// fence run passes its command's own code through instead when the command
+// finishes (128+N if a signal N ended it), so a command's code can collide.
 const (
 	ExitError       = 1  // something went wrong; the message says what
-	ExitUsage       = 2  // bad flags or arguments
-	ExitNotAcquired = 75 // the lock could not be acquired (held, or --wait ran out)
+	ExitUsage       = 2  // bad flags or arguments, including a name or TTL the server refused
+	ExitNotHeld     = 3  // unlock, release --force: nothing to release (already unlocked, expired, or not held)
+	ExitUnavailable = 69 // no fence server could be reached at --server (sysexits' EX_UNAVAILABLE)
+	ExitNotAcquired = 75 // the lock could not be acquired (held, and --wait ran out)
 	ExitLeaseLost   = 76 // the lease was lost while the command ran; it was stopped
 )
+
+// exitCode is the exit code of a command that failed with err.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, client.ErrInvalid):
+		return ExitUsage
+	case errors.Is(err, client.ErrUnreachable):
+		return ExitUnavailable
+	case errors.Is(err, client.ErrLocked):
+		return ExitNotAcquired
+	case errors.Is(err, client.ErrNotHeld):
+		return ExitNotHeld
+	case strings.HasPrefix(err.Error(), "unknown command"): // cobra has no typed error for it
+		return ExitUsage
+	}
+	return ExitError
+}
+
+// message is err as fence prints it, after "fence: ". The client's errors
+// each begin with "fence: ", so wrapping one in another repeats it; only the
+// first is kept.
+func message(err error) string {
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "fence: "), ": fence: ", ": ")
+}
 
 // exitError carries an exit code out of a command.
 type exitError struct {
@@ -140,9 +171,9 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 	} else {
 		opts = append(opts, client.WithTLS(tlsCfg))
 	}
-	c, err := client.Dial(ctx, g.addrs(), opts...)
+	c, err := client.Dial(ctx, g.addrs(), append(opts, client.WithFailFast())...)
 	if err != nil {
-		return nil, fmt.Errorf("%w\n(start one with 'fence serve', or point --server / FENCE_SERVER at it)", err)
+		return nil, fmt.Errorf("%w\n(--server or $FENCE_SERVER: the servers' --grpc-addr, comma-separated; 'fence serve' starts one)", err)
 	}
 	return c, nil
 }
@@ -155,16 +186,6 @@ func (g *globals) withClient(cmd *cobra.Command, fn func(ctx context.Context, c 
 	}
 	defer c.Close()
 	return fn(cmd.Context(), c)
-}
-
-// usage marks an argument-count error as bad usage (exit 2).
-func usage(check cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return &exitError{ExitUsage, fmt.Errorf("%w (see 'fence %s --help')", err, cmd.CommandPath()[len("fence "):])}
-		}
-		return nil
-	}
 }
 
 // NewRoot returns the fence command tree.
@@ -182,15 +203,16 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 		Example: `  fence serve
   fence run jobs/nightly --ttl 30s -- ./nightly.sh
   fence ls`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return checkFlags(cmd) },
 	}
 	defServer := os.Getenv("FENCE_SERVER")
 	if defServer == "" {
 		defServer = "127.0.0.1:7300"
 	}
 	root.PersistentFlags().StringVar(&g.servers, "server", defServer, "fence server address(es), comma-separated ($FENCE_SERVER)")
-	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second, "how long to try to reach the server")
+	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second, "how long to wait for a server that does not answer (an unknown host, a refused connection or a port that is not fence's fails at once)")
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.tls.CA, "ca", os.Getenv(client.EnvCA), "CA certificate the server's must chain to ($"+client.EnvCA+"; default: the dev server's in ./"+server.DevTLSDir(devDataDir)+")")
 	pf.StringVar(&g.tls.Cert, "cert", os.Getenv(client.EnvCert), "client certificate ($"+client.EnvCert+")")
@@ -198,7 +220,8 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	pf.BoolVar(&g.insecure, "insecure", false, "talk plaintext (to a server started with --insecure; serve: serve plaintext)")
 	pf.StringVar(&g.tokenFile, "token-file", "", "file holding this client's bearer token, its identity under the servers' policy when it has no certificate (default $FENCE_AUTH_TOKEN; not $FENCE_TOKEN, which is a fencing token)")
 	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
-	root.AddCommand(newServe(g), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g), newDemo(), newDemoWorker(), newMembers(g), newBench(g), newCerts(), newPolicy(), newVersion())
+	root.AddCommand(offline(newServe(g), "insecure", "admin-token-file"), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g),
+		offline(newDemo()), newDemoWorker(), newMembers(g), newBench(g), offline(newCerts()), offline(newPolicy()), offline(newVersion()))
 	root.Version = buildinfo.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
 	return root
@@ -216,20 +239,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{ExitUsage, fmt.Errorf("%w (see 'fence %s --help')", err, c.Name())}
-	})
+	root.SetFlagErrorFunc(usageError)
 	if err := root.ExecuteContext(ctx); err != nil {
-		root.PrintErrln("fence:", strings.TrimPrefix(err.Error(), "fence: "))
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return ee.code
-		}
-		// cobra has no typed error for an unknown subcommand.
-		if strings.HasPrefix(err.Error(), "unknown command") {
-			return ExitUsage
-		}
-		return ExitError
+		root.PrintErrln("fence:", message(err))
+		return exitCode(err)
 	}
 	return 0
 }

@@ -30,7 +30,11 @@ func newRun(g *globals) *cobra.Command {
 CMD gets FENCE_LOCK (the name), FENCE_TOKEN (the fencing token: pass it to
 every write, so storage can refuse a stale holder), FENCE_SIGNED_TOKEN (the
 server's signed statement of the grant, for storage that verifies it with
-fencing.Verifier; set if the server has a token key) and FENCE_TTL.
+fencing.Verifier; set if the server has a token key) and FENCE_TTL (the
+lease's TTL, as --ttl; fence renews it, so CMD need not watch the time).
+
+If the lock is held, fence waits up to --wait (default 10m, as 'fence lock'),
+then exits 75; --wait 0 fails at once.
 
 If renewals keep failing, fence stops CMD before the lease can expire: it sends
 SIGTERM when only --grace is left before the local deadline, and SIGKILL at
@@ -42,7 +46,7 @@ CMD runs in its own process group; both signals go to the whole group.
 
 Exit codes: CMD's own when it finishes; 75 if the lock could not be acquired
 (held and --wait ran out); 76 if the lease was lost and CMD was stopped;
-1 for other errors; 2 for bad usage.`,
+69 if no server could be reached; 2 for bad usage; 1 for other errors.`,
 		Example: `  # run the nightly job once across the fleet; wait up to 10m for the lock
   fence run jobs/nightly --ttl 30s --wait 10m -- ./nightly.sh
 
@@ -62,7 +66,7 @@ Exit codes: CMD's own when it finishes; 75 if the lock could not be acquired
 				grace = min(grace, ttl/3)
 			}
 			if grace <= 0 || grace >= ttl-ttl/10 {
-				return &exitError{ExitUsage, fmt.Errorf("--grace %v must be positive and shorter than the TTL minus its 10%% safety margin (%v)", grace, ttl-ttl/10)}
+				return usageError(cmd, fmt.Errorf("--grace %v must be positive and shorter than the TTL minus its 10%% safety margin (%v)", grace, ttl-ttl/10))
 			}
 			opts := []client.Option{client.WithTTL(ttl)}
 			if owner != "" {
@@ -71,19 +75,23 @@ Exit codes: CMD's own when it finishes; 75 if the lock could not be acquired
 			if cmd.Flags().Changed("lock-delay") {
 				opts = append(opts, client.WithLockDelay(lockDelay))
 			}
-			return runLocked(cmd, g, args[0], args[1:], wait, grace, opts)
+			return runLocked(cmd, g, args[0], args[1:], ttl, wait, grace, opts)
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL; renewed every TTL/3")
-	f.DurationVar(&wait, "wait", 10*time.Minute, "how long to wait for the lock (0: fail at once if held)")
+	f.DurationVar(&wait, "wait", defaultWait, "how long to wait for the lock (0: fail at once if held)")
 	f.DurationVar(&grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease is being lost (at most TTL/3 unless set)")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "if this lease expires, keep the lock from others this long (default: the server's)")
 	f.StringVar(&owner, "owner", "", "label others see for this holder (default host/pid)")
+	positive(f, "ttl")
 	return cmd
 }
 
-func runLocked(cmd *cobra.Command, g *globals, name string, argv []string, wait, grace time.Duration, opts []client.Option) error {
+// defaultWait is how long lock and run wait for a held lock by default.
+const defaultWait = 10 * time.Minute
+
+func runLocked(cmd *cobra.Command, g *globals, name string, argv []string, ttl, wait, grace time.Duration, opts []client.Option) error {
 	ctx := cmd.Context()
 	c, err := g.dial(ctx, opts...)
 	if err != nil {
@@ -100,17 +108,14 @@ func runLocked(cmd *cobra.Command, g *globals, name string, argv []string, wait,
 		cancel()
 	}
 	if err != nil {
-		if errors.Is(err, client.ErrLocked) || errors.Is(err, context.DeadlineExceeded) {
-			return &exitError{ExitNotAcquired, fmt.Errorf("could not acquire %q: %w", name, err)}
-		}
-		return err
+		return notAcquired(name, wait, err)
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "fence: "+format+"\n", args...) }
 	logf("acquired %q with token %d; running %s", name, lease.Token(), argv[0])
 
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Env = append(os.Environ(), "FENCE_LOCK="+name, "FENCE_TOKEN="+strconv.FormatUint(lease.Token(), 10),
-		"FENCE_TTL="+clock.Until(clock.Real{}, lease.Deadline()).Round(time.Second).String())
+		"FENCE_TTL="+ttl.String())
 	if signed := lease.SignedToken(); signed != "" {
 		child.Env = append(child.Env, "FENCE_SIGNED_TOKEN="+signed)
 	}

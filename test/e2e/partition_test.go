@@ -59,7 +59,7 @@ func TestClusterPartitionLeaderProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	args := append([]string{"netns", "exec", leadHost.Netns, fenceBinary(t), "--server", lead.grpc}, cliTLS(t)...)
-	out, err := exec.CommandContext(ctx, "ip", append(args, "--connect-timeout", "2s", "lock", "minority-new", "--ttl", "1m")...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "ip", append(args, "--connect-timeout", "2s", "lock", "minority-new", "--ttl", "1m", "--wait", "0")...).CombinedOutput()
 	if err == nil {
 		t.Fatalf("the cut-off leader granted a lock:\n%s", out)
 	}
