@@ -1,6 +1,7 @@
 // Package buildinfo says which fence this is: the version stamped in at
 // build time (make build: -ldflags "-X .../internal/buildinfo.version=…"),
-// else "dev", and the commit Go recorded from the checkout it was built in.
+// else "dev", and the commit Go recorded from the checkout it was built in,
+// else the one stamped in.
 package buildinfo
 
 import (
@@ -12,10 +13,16 @@ import (
 // version is set with -ldflags "-X github.com/fencehq/fence/internal/buildinfo.version=v1.2.3".
 var version = "dev"
 
+// commit and modified are set the same way (make build, the Dockerfile)
+// for builds where Go records no VCS information (-buildvcs=false, a
+// source tree without .git): the commit hash, and "true" if the checkout
+// had uncommitted changes. What Go recorded takes precedence.
+var commit, modified string
+
 // Info is what a binary knows of its own build.
 type Info struct {
 	Version   string // "dev" unless stamped in
-	Revision  string // the VCS commit, "" if unknown (go run, a tarball without .git)
+	Revision  string // the VCS commit Go recorded, else the stamped one; "" if neither (go run, a tarball without .git)
 	Modified  bool   // the checkout had uncommitted changes
 	GoVersion string
 	Platform  string // GOOS/GOARCH
@@ -33,6 +40,9 @@ func Get() Info {
 				i.Modified = s.Value == "true"
 			}
 		}
+	}
+	if i.Revision == "" {
+		i.Revision, i.Modified = commit, modified == "true"
 	}
 	return i
 }

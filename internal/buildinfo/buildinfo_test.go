@@ -23,3 +23,20 @@ func TestString(t *testing.T) {
 		t.Errorf("Get() = %+v", i)
 	}
 }
+
+// TestStampedCommit: without VCS information from Go (test binaries have
+// none, like -buildvcs=false builds), Get reports the commit stamped in.
+func TestStampedCommit(t *testing.T) {
+	if i := Get(); i.Revision != "" {
+		t.Skipf("this binary has VCS information (%s)", i.Revision)
+	}
+	t.Cleanup(func() { commit, modified = "", "" })
+	commit, modified = "0123abc", "true"
+	if i := Get(); i.Revision != "0123abc" || !i.Modified {
+		t.Errorf("Get() = %+v, want Revision 0123abc, Modified", i)
+	}
+	modified = ""
+	if i := Get(); i.Revision != "0123abc" || i.Modified {
+		t.Errorf("Get() = %+v, want Revision 0123abc, not Modified", i)
+	}
+}

@@ -16,12 +16,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/fencing"
@@ -47,6 +46,10 @@ const (
 // Run plays both runs and prints the timeline to out. It starts its own
 // single-node server in a temporary directory.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	if cfg.DSN != "" && !slices.Contains(sql.Drivers(), "pgx") {
+		return errors.New("this fence is a slim build (-tags fence_slim: the release archives, the container image) " +
+			"without the Postgres driver a DSN needs: run the demo without one, or with a fence built by 'go build ./cmd/fence'")
+	}
 	dir, err := os.MkdirTemp("", "fence-demo")
 	if err != nil {
 		return err

@@ -205,3 +205,46 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyFileModes: a key private to its owner loads, and so does one root
+// owns that its group may only read (a Kubernetes secret volume under a
+// pod's fsGroup is root's, mode 0440); a key its group may write, others
+// may read, or that is group-readable but not root's, is refused.
+func TestKeyFileModes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the cases give the key to another owner")
+	}
+	files, err := EnsureDev(t.TempDir(), "n1", DevHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nonroot = 65532
+	for _, c := range []struct {
+		name  string
+		owner int
+		mode  os.FileMode
+		loads bool
+	}{
+		{"the owner's only", nonroot, 0o600, true},
+		{"the owner's, read-only", nonroot, 0o400, true},
+		{"root's, its group reads", 0, 0o440, true},
+		{"root's, 0640", 0, 0o640, true},
+		{"root's, its group writes", 0, 0o660, false},
+		{"root's, others read", 0, 0o644, false},
+		{"not root's, its group reads", nonroot, 0o640, false},
+	} {
+		if err := os.Chown(files.Key, c.owner, -1); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(files.Key, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := NewReloader(files)
+		if c.loads && err != nil {
+			t.Errorf("%s (%04o): %v", c.name, c.mode, err)
+		}
+		if !c.loads && (err == nil || !strings.Contains(err.Error(), "open to others")) {
+			t.Errorf("%s (%04o): %v, want refused as open to others", c.name, c.mode, err)
+		}
+	}
+}

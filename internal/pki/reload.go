@@ -88,14 +88,20 @@ var useNames = map[x509.ExtKeyUsage]string{
 }
 
 // privateKeyFile refuses a key file that others than its owner may read or
-// write, as ssh does: whoever reads a node's key can pose as that node.
+// write, as ssh does: whoever reads a node's key can pose as that node. Like
+// PostgreSQL it also takes a key owned by root that its group may read
+// (mode 0640 or 0440, no more): root gave that group the key on purpose.
+// That is what a Kubernetes secret volume is under a pod's fsGroup
+// (root-owned, mode 0440 whatever defaultMode says), and root:fence 0640
+// under systemd.
 func privateKeyFile(path string) error {
 	info, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("key: %w", err)
 	}
-	if perm := info.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("key file %s is open to others (mode %04o): run chmod 600 %s (in Kubernetes, mount the secret with defaultMode 0400)", path, perm, path)
+	if perm := info.Mode().Perm(); perm&0o077 != 0 && (perm&0o037 != 0 || !ownedByRoot(info)) {
+		return fmt.Errorf("key file %s is open to others (mode %04o): run chmod 600 %s "+
+			"(or, for a key root owns, chmod 640 to let its group read it, as a Kubernetes secret volume does under fsGroup)", path, perm, path)
 	}
 	return nil
 }
