@@ -170,11 +170,6 @@ func octal(mode *int32) string {
 // envRef is a $(VAR) reference in a container's args.
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-// pendingFlags are serve flags the manifest uses that issue 15's part 4
-// (serve that fails cleanly) adds; until fence serve has them they are
-// only reported. Remove them here once it does.
-var pendingFlags = map[string]bool{"advertise-grpc-addr": true, "advertise-raft-addr": true}
-
 // checkArgs: every $(VAR) in the args is a variable of the container (the
 // kubelet leaves an unknown one as it is, silently), and the args, with the
 // variables filled in as for pod fence-0, are flags fence serve accepts.
@@ -198,13 +193,6 @@ func checkArgs(t *testing.T, c corev1.Container) {
 			}
 			return v
 		})
-		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if pendingFlags[name] {
-			if serve(t).Flags().Lookup(name) == nil {
-				t.Logf("--%s: not a flag of this fence serve yet (issue 15, part 4)", name)
-				continue
-			}
-		}
 		args = append(args, a)
 	}
 	cmd := serve(t)
