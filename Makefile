@@ -76,6 +76,7 @@ fuzz:           ## about a minute per fuzz target (counts: see .ci/run)
 	go test ./internal/transport -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 600000x
 	go test ./internal/policy -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 600000x
 	go test ./fencing -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime 300000x
+	go test ./internal/backup -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 1000000x
 
 bench:          ## micro-benchmarks, 3 runs each
 	go test ./internal/fsm -run '^$$' -bench . -count 3

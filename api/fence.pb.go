@@ -53,6 +53,226 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_fence_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{0}
+}
+
+type BackupChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header is set in the first message only.
+	Header *BackupHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// data is the next part of the state (fence's snapshot encoding).
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_fence_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BackupChunk) GetHeader() *BackupHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type BackupHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster and the node that took it, and where in the log: the state
+	// is the one after applying entry index (of term term).
+	ClusterId uint64 `protobuf:"varint,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	NodeId    string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Index     uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Term      uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	// taken_at_unix_ms: the leader's wall clock when it copied the state.
+	TakenAtUnixMs int64 `protobuf:"varint,5,opt,name=taken_at_unix_ms,json=takenAtUnixMs,proto3" json:"taken_at_unix_ms,omitempty"`
+	// token is the last fencing token granted in this state.
+	Token  uint64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	Leases uint64 `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
+	Locks  uint64 `protobuf:"varint,8,opt,name=locks,proto3" json:"locks,omitempty"`
+	// size and sha256 of the state's bytes that follow.
+	Size   uint64 `protobuf:"varint,9,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 []byte `protobuf:"bytes,10,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// version is the fence that took it (fence version).
+	Version       string `protobuf:"bytes,11,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupHeader) Reset() {
+	*x = BackupHeader{}
+	mi := &file_fence_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupHeader) ProtoMessage() {}
+
+func (x *BackupHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupHeader.ProtoReflect.Descriptor instead.
+func (*BackupHeader) Descriptor() ([]byte, []int) {
+	return file_fence_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BackupHeader) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BackupHeader) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetTakenAtUnixMs() int64 {
+	if x != nil {
+		return x.TakenAtUnixMs
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetLeases() uint64 {
+	if x != nil {
+		return x.Leases
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetLocks() uint64 {
+	if x != nil {
+		return x.Locks
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *BackupHeader) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 type Member struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -77,7 +297,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fence_proto_msgTypes[0]
+	mi := &file_fence_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -89,7 +309,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[0]
+	mi := &file_fence_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -102,7 +322,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{0}
+	return file_fence_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Member) GetId() string {
@@ -169,7 +389,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_fence_proto_msgTypes[1]
+	mi := &file_fence_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -181,7 +401,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[1]
+	mi := &file_fence_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -194,7 +414,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{1}
+	return file_fence_proto_rawDescGZIP(), []int{4}
 }
 
 type MembersResponse struct {
@@ -208,7 +428,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_fence_proto_msgTypes[2]
+	mi := &file_fence_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +440,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[2]
+	mi := &file_fence_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +453,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{2}
+	return file_fence_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -260,7 +480,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_fence_proto_msgTypes[3]
+	mi := &file_fence_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +492,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[3]
+	mi := &file_fence_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +505,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{3}
+	return file_fence_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -315,7 +535,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_fence_proto_msgTypes[4]
+	mi := &file_fence_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +547,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[4]
+	mi := &file_fence_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +560,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{4}
+	return file_fence_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AddMemberResponse) GetClusterId() uint64 {
@@ -366,7 +586,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_fence_proto_msgTypes[5]
+	mi := &file_fence_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +598,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[5]
+	mi := &file_fence_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +611,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{5}
+	return file_fence_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -409,7 +629,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_fence_proto_msgTypes[6]
+	mi := &file_fence_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +641,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[6]
+	mi := &file_fence_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +654,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{6}
+	return file_fence_proto_rawDescGZIP(), []int{9}
 }
 
 type TransferLeaderRequest struct {
@@ -446,7 +666,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_fence_proto_msgTypes[7]
+	mi := &file_fence_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +678,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[7]
+	mi := &file_fence_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +691,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{7}
+	return file_fence_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -491,7 +711,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_fence_proto_msgTypes[8]
+	mi := &file_fence_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +723,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[8]
+	mi := &file_fence_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +736,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{8}
+	return file_fence_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -538,7 +758,7 @@ type CreateLeaseRequest struct {
 
 func (x *CreateLeaseRequest) Reset() {
 	*x = CreateLeaseRequest{}
-	mi := &file_fence_proto_msgTypes[9]
+	mi := &file_fence_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +770,7 @@ func (x *CreateLeaseRequest) String() string {
 func (*CreateLeaseRequest) ProtoMessage() {}
 
 func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[9]
+	mi := &file_fence_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +783,7 @@ func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CreateLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{9}
+	return file_fence_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateLeaseRequest) GetRequestId() []byte {
@@ -600,7 +820,7 @@ type CreateLeaseResponse struct {
 
 func (x *CreateLeaseResponse) Reset() {
 	*x = CreateLeaseResponse{}
-	mi := &file_fence_proto_msgTypes[10]
+	mi := &file_fence_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +832,7 @@ func (x *CreateLeaseResponse) String() string {
 func (*CreateLeaseResponse) ProtoMessage() {}
 
 func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[10]
+	mi := &file_fence_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +845,7 @@ func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseResponse.ProtoReflect.Descriptor instead.
 func (*CreateLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{10}
+	return file_fence_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateLeaseResponse) GetLeaseId() []byte {
@@ -660,7 +880,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_fence_proto_msgTypes[11]
+	mi := &file_fence_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +892,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[11]
+	mi := &file_fence_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +905,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{11}
+	return file_fence_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeepAliveRequest) GetLeaseId() []byte {
@@ -723,7 +943,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_fence_proto_msgTypes[12]
+	mi := &file_fence_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +955,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[12]
+	mi := &file_fence_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +968,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{12}
+	return file_fence_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KeepAliveResponse) GetSeq() uint64 {
@@ -796,7 +1016,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_fence_proto_msgTypes[13]
+	mi := &file_fence_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +1028,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[13]
+	mi := &file_fence_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +1041,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{13}
+	return file_fence_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RevokeRequest) GetRequestId() []byte {
@@ -848,7 +1068,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_fence_proto_msgTypes[14]
+	mi := &file_fence_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1080,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[14]
+	mi := &file_fence_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1093,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{14}
+	return file_fence_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RevokeResponse) GetReleased() []string {
@@ -915,7 +1135,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fence_proto_msgTypes[15]
+	mi := &file_fence_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1147,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[15]
+	mi := &file_fence_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1160,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{15}
+	return file_fence_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AcquireRequest) GetRequestId() []byte {
@@ -1015,7 +1235,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fence_proto_msgTypes[16]
+	mi := &file_fence_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1247,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[16]
+	mi := &file_fence_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1260,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{16}
+	return file_fence_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AcquireResponse) GetName() string {
@@ -1086,7 +1306,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fence_proto_msgTypes[17]
+	mi := &file_fence_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1318,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[17]
+	mi := &file_fence_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1331,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{17}
+	return file_fence_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseRequest) GetRequestId() []byte {
@@ -1164,7 +1384,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fence_proto_msgTypes[18]
+	mi := &file_fence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1396,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[18]
+	mi := &file_fence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1409,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{18}
+	return file_fence_proto_rawDescGZIP(), []int{21}
 }
 
 type GetLockRequest struct {
@@ -1201,7 +1421,7 @@ type GetLockRequest struct {
 
 func (x *GetLockRequest) Reset() {
 	*x = GetLockRequest{}
-	mi := &file_fence_proto_msgTypes[19]
+	mi := &file_fence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1433,7 @@ func (x *GetLockRequest) String() string {
 func (*GetLockRequest) ProtoMessage() {}
 
 func (x *GetLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[19]
+	mi := &file_fence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1446,7 @@ func (x *GetLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockRequest.ProtoReflect.Descriptor instead.
 func (*GetLockRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{19}
+	return file_fence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetLockRequest) GetName() string {
@@ -1245,7 +1465,7 @@ type GetLockResponse struct {
 
 func (x *GetLockResponse) Reset() {
 	*x = GetLockResponse{}
-	mi := &file_fence_proto_msgTypes[20]
+	mi := &file_fence_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1477,7 @@ func (x *GetLockResponse) String() string {
 func (*GetLockResponse) ProtoMessage() {}
 
 func (x *GetLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[20]
+	mi := &file_fence_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1490,7 @@ func (x *GetLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockResponse.ProtoReflect.Descriptor instead.
 func (*GetLockResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{20}
+	return file_fence_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetLockResponse) GetLock() *LockInfo {
@@ -1292,7 +1512,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_fence_proto_msgTypes[21]
+	mi := &file_fence_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1524,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[21]
+	mi := &file_fence_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1537,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{21}
+	return file_fence_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLocksRequest) GetAfter() string {
@@ -1346,7 +1566,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_fence_proto_msgTypes[22]
+	mi := &file_fence_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1578,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[22]
+	mi := &file_fence_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1591,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{22}
+	return file_fence_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -1409,7 +1629,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fence_proto_msgTypes[23]
+	mi := &file_fence_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1641,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[23]
+	mi := &file_fence_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1654,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{23}
+	return file_fence_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1505,7 +1725,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_fence_proto_msgTypes[24]
+	mi := &file_fence_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1737,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[24]
+	mi := &file_fence_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1750,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{24}
+	return file_fence_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutRequest) GetRequestId() []byte {
@@ -1569,7 +1789,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_fence_proto_msgTypes[25]
+	mi := &file_fence_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1801,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[25]
+	mi := &file_fence_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1814,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{25}
+	return file_fence_proto_rawDescGZIP(), []int{28}
 }
 
 type GetRequest struct {
@@ -1606,7 +1826,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_fence_proto_msgTypes[26]
+	mi := &file_fence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1838,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[26]
+	mi := &file_fence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1851,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{26}
+	return file_fence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -1652,7 +1872,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_fence_proto_msgTypes[27]
+	mi := &file_fence_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1884,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[27]
+	mi := &file_fence_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1897,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{27}
+	return file_fence_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -1709,7 +1929,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_fence_proto_msgTypes[28]
+	mi := &file_fence_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1941,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[28]
+	mi := &file_fence_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1954,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{28}
+	return file_fence_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ForceReleaseRequest) GetName() string {
@@ -1779,7 +1999,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_fence_proto_msgTypes[29]
+	mi := &file_fence_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +2011,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[29]
+	mi := &file_fence_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +2024,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{29}
+	return file_fence_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForceReleaseResponse) GetRevokedLease() uint64 {
@@ -1843,7 +2063,7 @@ type LockHeld struct {
 
 func (x *LockHeld) Reset() {
 	*x = LockHeld{}
-	mi := &file_fence_proto_msgTypes[30]
+	mi := &file_fence_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2075,7 @@ func (x *LockHeld) String() string {
 func (*LockHeld) ProtoMessage() {}
 
 func (x *LockHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[30]
+	mi := &file_fence_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2088,7 @@ func (x *LockHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHeld.ProtoReflect.Descriptor instead.
 func (*LockHeld) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{30}
+	return file_fence_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LockHeld) GetName() string {
@@ -1918,7 +2138,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_fence_proto_msgTypes[31]
+	mi := &file_fence_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2150,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[31]
+	mi := &file_fence_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2163,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{31}
+	return file_fence_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NotLeader) GetLeaderId() string {
@@ -1973,7 +2193,7 @@ type StaleToken struct {
 
 func (x *StaleToken) Reset() {
 	*x = StaleToken{}
-	mi := &file_fence_proto_msgTypes[32]
+	mi := &file_fence_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2205,7 @@ func (x *StaleToken) String() string {
 func (*StaleToken) ProtoMessage() {}
 
 func (x *StaleToken) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_proto_msgTypes[32]
+	mi := &file_fence_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2218,7 @@ func (x *StaleToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleToken.ProtoReflect.Descriptor instead.
 func (*StaleToken) Descriptor() ([]byte, []int) {
-	return file_fence_proto_rawDescGZIP(), []int{32}
+	return file_fence_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StaleToken) GetKey() string {
@@ -2026,7 +2246,25 @@ var File_fence_proto protoreflect.FileDescriptor
 
 const file_fence_proto_rawDesc = "" +
 	"\n" +
-	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\"\xdc\x01\n" +
+	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\"\x0f\n" +
+	"\rBackupRequest\"Q\n" +
+	"\vBackupChunk\x12.\n" +
+	"\x06header\x18\x01 \x01(\v2\x16.fence.v1.BackupHeaderR\x06header\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xa3\x02\n" +
+	"\fBackupHeader\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12'\n" +
+	"\x10taken_at_unix_ms\x18\x05 \x01(\x03R\rtakenAtUnixMs\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06leases\x18\a \x01(\x04R\x06leases\x12\x14\n" +
+	"\x05locks\x18\b \x01(\x04R\x05locks\x12\x12\n" +
+	"\x04size\x18\t \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\n" +
+	" \x01(\fR\x06sha256\x12\x18\n" +
+	"\aversion\x18\v \x01(\tR\aversion\"\xdc\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x16\n" +
@@ -2164,7 +2402,7 @@ const file_fence_proto_rawDesc = "" +
 	"StaleToken\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x04R\aoffered\x12\x18\n" +
-	"\ahighest\x18\x03 \x01(\x04R\ahighest2\xc1\a\n" +
+	"\ahighest\x18\x03 \x01(\x04R\ahighest2\xfd\a\n" +
 	"\x05Fence\x12J\n" +
 	"\vCreateLease\x12\x1c.fence.v1.CreateLeaseRequest\x1a\x1d.fence.v1.CreateLeaseResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.fence.v1.KeepAliveRequest\x1a\x1b.fence.v1.KeepAliveResponse(\x010\x01\x12;\n" +
@@ -2179,7 +2417,8 @@ const file_fence_proto_rawDesc = "" +
 	"\aMembers\x12\x18.fence.v1.MembersRequest\x1a\x19.fence.v1.MembersResponse\x12D\n" +
 	"\tAddMember\x12\x1a.fence.v1.AddMemberRequest\x1a\x1b.fence.v1.AddMemberResponse\x12M\n" +
 	"\fRemoveMember\x12\x1d.fence.v1.RemoveMemberRequest\x1a\x1e.fence.v1.RemoveMemberResponse\x12S\n" +
-	"\x0eTransferLeader\x12\x1f.fence.v1.TransferLeaderRequest\x1a .fence.v1.TransferLeaderResponseB\"Z github.com/fencehq/fence/api;apib\x06proto3"
+	"\x0eTransferLeader\x12\x1f.fence.v1.TransferLeaderRequest\x1a .fence.v1.TransferLeaderResponse\x12:\n" +
+	"\x06Backup\x12\x17.fence.v1.BackupRequest\x1a\x15.fence.v1.BackupChunk0\x01B\"Z github.com/fencehq/fence/api;apib\x06proto3"
 
 var (
 	file_fence_proto_rawDescOnce sync.Once
@@ -2193,87 +2432,93 @@ func file_fence_proto_rawDescGZIP() []byte {
 	return file_fence_proto_rawDescData
 }
 
-var file_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_fence_proto_goTypes = []any{
-	(*Member)(nil),                 // 0: fence.v1.Member
-	(*MembersRequest)(nil),         // 1: fence.v1.MembersRequest
-	(*MembersResponse)(nil),        // 2: fence.v1.MembersResponse
-	(*AddMemberRequest)(nil),       // 3: fence.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 4: fence.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 5: fence.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 6: fence.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 7: fence.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 8: fence.v1.TransferLeaderResponse
-	(*CreateLeaseRequest)(nil),     // 9: fence.v1.CreateLeaseRequest
-	(*CreateLeaseResponse)(nil),    // 10: fence.v1.CreateLeaseResponse
-	(*KeepAliveRequest)(nil),       // 11: fence.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 12: fence.v1.KeepAliveResponse
-	(*RevokeRequest)(nil),          // 13: fence.v1.RevokeRequest
-	(*RevokeResponse)(nil),         // 14: fence.v1.RevokeResponse
-	(*AcquireRequest)(nil),         // 15: fence.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 16: fence.v1.AcquireResponse
-	(*ReleaseRequest)(nil),         // 17: fence.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 18: fence.v1.ReleaseResponse
-	(*GetLockRequest)(nil),         // 19: fence.v1.GetLockRequest
-	(*GetLockResponse)(nil),        // 20: fence.v1.GetLockResponse
-	(*ListLocksRequest)(nil),       // 21: fence.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),      // 22: fence.v1.ListLocksResponse
-	(*LockInfo)(nil),               // 23: fence.v1.LockInfo
-	(*PutRequest)(nil),             // 24: fence.v1.PutRequest
-	(*PutResponse)(nil),            // 25: fence.v1.PutResponse
-	(*GetRequest)(nil),             // 26: fence.v1.GetRequest
-	(*GetResponse)(nil),            // 27: fence.v1.GetResponse
-	(*ForceReleaseRequest)(nil),    // 28: fence.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),   // 29: fence.v1.ForceReleaseResponse
-	(*LockHeld)(nil),               // 30: fence.v1.LockHeld
-	(*NotLeader)(nil),              // 31: fence.v1.NotLeader
-	(*StaleToken)(nil),             // 32: fence.v1.StaleToken
-	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
+	(*BackupRequest)(nil),          // 0: fence.v1.BackupRequest
+	(*BackupChunk)(nil),            // 1: fence.v1.BackupChunk
+	(*BackupHeader)(nil),           // 2: fence.v1.BackupHeader
+	(*Member)(nil),                 // 3: fence.v1.Member
+	(*MembersRequest)(nil),         // 4: fence.v1.MembersRequest
+	(*MembersResponse)(nil),        // 5: fence.v1.MembersResponse
+	(*AddMemberRequest)(nil),       // 6: fence.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 7: fence.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 8: fence.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 9: fence.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 10: fence.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 11: fence.v1.TransferLeaderResponse
+	(*CreateLeaseRequest)(nil),     // 12: fence.v1.CreateLeaseRequest
+	(*CreateLeaseResponse)(nil),    // 13: fence.v1.CreateLeaseResponse
+	(*KeepAliveRequest)(nil),       // 14: fence.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 15: fence.v1.KeepAliveResponse
+	(*RevokeRequest)(nil),          // 16: fence.v1.RevokeRequest
+	(*RevokeResponse)(nil),         // 17: fence.v1.RevokeResponse
+	(*AcquireRequest)(nil),         // 18: fence.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 19: fence.v1.AcquireResponse
+	(*ReleaseRequest)(nil),         // 20: fence.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 21: fence.v1.ReleaseResponse
+	(*GetLockRequest)(nil),         // 22: fence.v1.GetLockRequest
+	(*GetLockResponse)(nil),        // 23: fence.v1.GetLockResponse
+	(*ListLocksRequest)(nil),       // 24: fence.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),      // 25: fence.v1.ListLocksResponse
+	(*LockInfo)(nil),               // 26: fence.v1.LockInfo
+	(*PutRequest)(nil),             // 27: fence.v1.PutRequest
+	(*PutResponse)(nil),            // 28: fence.v1.PutResponse
+	(*GetRequest)(nil),             // 29: fence.v1.GetRequest
+	(*GetResponse)(nil),            // 30: fence.v1.GetResponse
+	(*ForceReleaseRequest)(nil),    // 31: fence.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),   // 32: fence.v1.ForceReleaseResponse
+	(*LockHeld)(nil),               // 33: fence.v1.LockHeld
+	(*NotLeader)(nil),              // 34: fence.v1.NotLeader
+	(*StaleToken)(nil),             // 35: fence.v1.StaleToken
+	(*durationpb.Duration)(nil),    // 36: google.protobuf.Duration
 }
 var file_fence_proto_depIdxs = []int32{
-	0,  // 0: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
-	0,  // 1: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
-	33, // 2: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 3: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
-	33, // 4: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	33, // 5: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	23, // 6: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
-	23, // 7: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
-	33, // 8: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
-	33, // 9: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	9,  // 10: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
-	11, // 11: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
-	13, // 12: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
-	15, // 13: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
-	17, // 14: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
-	19, // 15: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
-	21, // 16: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
-	24, // 17: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
-	26, // 18: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
-	28, // 19: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
-	1,  // 20: fence.v1.Fence.Members:input_type -> fence.v1.MembersRequest
-	3,  // 21: fence.v1.Fence.AddMember:input_type -> fence.v1.AddMemberRequest
-	5,  // 22: fence.v1.Fence.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
-	7,  // 23: fence.v1.Fence.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
-	10, // 24: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
-	12, // 25: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
-	14, // 26: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
-	16, // 27: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
-	18, // 28: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
-	20, // 29: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
-	22, // 30: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
-	25, // 31: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
-	27, // 32: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
-	29, // 33: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
-	2,  // 34: fence.v1.Fence.Members:output_type -> fence.v1.MembersResponse
-	4,  // 35: fence.v1.Fence.AddMember:output_type -> fence.v1.AddMemberResponse
-	6,  // 36: fence.v1.Fence.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
-	8,  // 37: fence.v1.Fence.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
-	24, // [24:38] is the sub-list for method output_type
-	10, // [10:24] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	2,  // 0: fence.v1.BackupChunk.header:type_name -> fence.v1.BackupHeader
+	3,  // 1: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
+	3,  // 2: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
+	36, // 3: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 4: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
+	36, // 5: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	36, // 6: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	26, // 7: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
+	26, // 8: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
+	36, // 9: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
+	36, // 10: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	12, // 11: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
+	14, // 12: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
+	16, // 13: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
+	18, // 14: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
+	20, // 15: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
+	22, // 16: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
+	24, // 17: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
+	27, // 18: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
+	29, // 19: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
+	31, // 20: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
+	4,  // 21: fence.v1.Fence.Members:input_type -> fence.v1.MembersRequest
+	6,  // 22: fence.v1.Fence.AddMember:input_type -> fence.v1.AddMemberRequest
+	8,  // 23: fence.v1.Fence.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
+	10, // 24: fence.v1.Fence.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
+	0,  // 25: fence.v1.Fence.Backup:input_type -> fence.v1.BackupRequest
+	13, // 26: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
+	15, // 27: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
+	17, // 28: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
+	19, // 29: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
+	21, // 30: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
+	23, // 31: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
+	25, // 32: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
+	28, // 33: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
+	30, // 34: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
+	32, // 35: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
+	5,  // 36: fence.v1.Fence.Members:output_type -> fence.v1.MembersResponse
+	7,  // 37: fence.v1.Fence.AddMember:output_type -> fence.v1.AddMemberResponse
+	9,  // 38: fence.v1.Fence.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
+	11, // 39: fence.v1.Fence.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
+	1,  // 40: fence.v1.Fence.Backup:output_type -> fence.v1.BackupChunk
+	26, // [26:41] is the sub-list for method output_type
+	11, // [11:26] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_fence_proto_init() }
@@ -2287,7 +2532,7 @@ func file_fence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fence_proto_rawDesc), len(file_fence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

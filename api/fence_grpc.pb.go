@@ -64,6 +64,7 @@ const (
 	Fence_AddMember_FullMethodName      = "/fence.v1.Fence/AddMember"
 	Fence_RemoveMember_FullMethodName   = "/fence.v1.Fence/RemoveMember"
 	Fence_TransferLeader_FullMethodName = "/fence.v1.Fence/TransferLeader"
+	Fence_Backup_FullMethodName         = "/fence.v1.Fence/Backup"
 )
 
 // FenceClient is the client API for Fence service.
@@ -116,6 +117,12 @@ type FenceClient interface {
 	// TransferLeader hands leadership to another voter (to id, or to the most
 	// up-to-date one when id is empty). Leader only.
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
+	// Backup streams a consistent copy of the replicated state (every lease,
+	// with its secret, every lock and token, the fenced key-value resource)
+	// as of one applied index, after a linearizable read: the first message
+	// carries the header, the others the state's bytes in order. For
+	// operators (fence snapshot save). Leader only.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 }
 
 type fenceClient struct {
@@ -269,6 +276,25 @@ func (c *fenceClient) TransferLeader(ctx context.Context, in *TransferLeaderRequ
 	return out, nil
 }
 
+func (c *fenceClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Fence_ServiceDesc.Streams[1], Fence_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Fence_BackupClient = grpc.ServerStreamingClient[BackupChunk]
+
 // FenceServer is the server API for Fence service.
 // All implementations must embed UnimplementedFenceServer
 // for forward compatibility.
@@ -319,6 +345,12 @@ type FenceServer interface {
 	// TransferLeader hands leadership to another voter (to id, or to the most
 	// up-to-date one when id is empty). Leader only.
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
+	// Backup streams a consistent copy of the replicated state (every lease,
+	// with its secret, every lock and token, the fenced key-value resource)
+	// as of one applied index, after a linearizable read: the first message
+	// carries the header, the others the state's bytes in order. For
+	// operators (fence snapshot save). Leader only.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	mustEmbedUnimplementedFenceServer()
 }
 
@@ -370,6 +402,9 @@ func (UnimplementedFenceServer) RemoveMember(context.Context, *RemoveMemberReque
 }
 func (UnimplementedFenceServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedFenceServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedFenceServer) mustEmbedUnimplementedFenceServer() {}
 func (UnimplementedFenceServer) testEmbeddedByValue()               {}
@@ -633,6 +668,17 @@ func _Fence_TransferLeader_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Fence_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FenceServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Fence_BackupServer = grpc.ServerStreamingServer[BackupChunk]
+
 // Fence_ServiceDesc is the grpc.ServiceDesc for Fence service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -699,6 +745,11 @@ var Fence_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Fence_KeepAlive_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Backup",
+			Handler:       _Fence_Backup_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "fence.proto",

@@ -1,9 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -297,4 +301,66 @@ func (c *Client) admin(ctx context.Context, what string, call func(context.Conte
 		return fmt.Errorf("fence: %s: %w", what, err)
 	}
 	return nil
+}
+
+// Backup is a consistent copy of the cluster's state as its leader took it
+// (fence snapshot save writes one to a file; fence snapshot restore seeds a
+// new cluster with it). State holds every lease's secret: keep it as
+// private as the servers' data dirs.
+type Backup struct {
+	ClusterID uint64
+	// NodeID is the leader that took it; State is the state after applying
+	// log entry Index (the leader was in raft term Term then).
+	NodeID      string
+	Index, Term uint64
+	TakenAt     time.Time
+	// Token is the last fencing token granted in State.
+	Token         uint64
+	Leases, Locks uint64
+	// Version is the fence that took it.
+	Version string
+	// State is the state in fence's snapshot encoding, checked against the
+	// leader's size and SHA-256.
+	State []byte
+}
+
+// Backup asks the leader for a consistent copy of the state (an admin
+// call: it needs the admin token, or under a policy the admin right).
+func (c *Client) Backup(ctx context.Context) (Backup, error) {
+	var b Backup
+	err := c.admin(ctx, "backup", func(ctx context.Context) error {
+		stream, err := c.leader().Backup(ctx, &api.BackupRequest{})
+		if err != nil {
+			return err
+		}
+		first, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		h := first.GetHeader()
+		if h == nil {
+			return errors.New("the leader's answer has no header")
+		}
+		b = Backup{ClusterID: h.GetClusterId(), NodeID: h.GetNodeId(), Index: h.GetIndex(), Term: h.GetTerm(),
+			TakenAt: time.UnixMilli(h.GetTakenAtUnixMs()).UTC(), Token: h.GetToken(), Leases: h.GetLeases(), Locks: h.GetLocks(),
+			Version: h.GetVersion(), State: make([]byte, 0, min(h.GetSize(), 1<<30))}
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if uint64(len(b.State)+len(chunk.GetData())) > h.GetSize() {
+				return fmt.Errorf("the leader sent more than the %d bytes its header announced", h.GetSize())
+			}
+			b.State = append(b.State, chunk.GetData()...)
+		}
+		if sum := sha256.Sum256(b.State); uint64(len(b.State)) != h.GetSize() || !bytes.Equal(sum[:], h.GetSha256()) {
+			return fmt.Errorf("the state received (%d bytes) is not the one the leader announced (%d bytes, its SHA-256)", len(b.State), h.GetSize())
+		}
+		return nil
+	})
+	return b, err
 }

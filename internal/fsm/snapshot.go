@@ -394,6 +394,14 @@ type LockView struct {
 // Token returns the last token granted (0 before the first grant).
 func (s *State) Token() uint64 { return s.token }
 
+// RaiseToken makes floor the last token granted, if it is larger, so the
+// next grant's token exceeds it. It is no command: a restore (fence
+// snapshot restore) calls it on a state before any node serves it, so that
+// a cluster seeded from an old copy never hands out a token the old
+// cluster may have handed out after the copy. Locks keep their grants'
+// tokens.
+func (s *State) RaiseToken(floor uint64) { s.token = max(s.token, floor) }
+
 // Clock returns the logical clock: the sum of committed ticks.
 func (s *State) Clock() time.Duration { return s.clock }
 

@@ -33,6 +33,8 @@ type Gauges struct {
 	Locks    func() float64
 	Waiters  func() float64
 	IsLeader func() float64
+	// LastToken is the last fencing token granted (optional).
+	LastToken func() float64
 	// Raft reads the node's raft status (optional).
 	Raft func() RaftStatus
 	// Peers reads the other members as this node sees them (optional).
@@ -99,6 +101,9 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "fence", Name: "raft_leader_changes_total",
 				Help: "Times the leader this node knows changed (to another member, or to none) since it started."},
 				raft(func(r RaftStatus) uint64 { return r.LeaderChanges })))
+	}
+	if g.LastToken != nil {
+		reg.MustRegister(gauge("last_token", "The last fencing token granted, as this node has applied it (a restore's --token-floor must be at least the largest any member showed).", g.LastToken))
 	}
 	if g.Peers != nil {
 		reg.MustRegister(peerCollector(g.Peers))

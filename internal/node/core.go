@@ -52,8 +52,8 @@ type stateMachine interface {
 	apply(index uint64, data []byte) any
 	// snapshot encodes the state as applied so far.
 	snapshot() []byte
-	// restore replaces the state with a snapshot's.
-	restore(data []byte) error
+	// restore replaces the state with a snapshot's, taken at index.
+	restore(index uint64, data []byte) error
 }
 
 // Errors a proposal or read may end with.
@@ -687,7 +687,7 @@ func (c *core) restore(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
-	if err := c.cfg.sm.restore(state); err != nil {
+	if err := c.cfg.sm.restore(snap.GetMetadata().GetIndex(), state); err != nil {
 		return fmt.Errorf("snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
 	c.members, c.removed = ms, removed

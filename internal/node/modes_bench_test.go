@@ -299,9 +299,9 @@ type asyncBenchNode struct {
 // countingSM is a state machine that only counts what it applies.
 type countingSM struct{ n atomic.Int64 }
 
-func (s *countingSM) apply(uint64, []byte) any { s.n.Add(1); return nil }
-func (s *countingSM) snapshot() []byte         { return nil }
-func (s *countingSM) restore([]byte) error     { return nil }
+func (s *countingSM) apply(uint64, []byte) any     { s.n.Add(1); return nil }
+func (s *countingSM) snapshot() []byte             { return nil }
+func (s *countingSM) restore(uint64, []byte) error { return nil }
 
 func newAsyncBenchNode(id uint64, log Log, peers []uint64) *asyncBenchNode {
 	sm := &countingSM{}

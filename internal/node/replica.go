@@ -13,6 +13,7 @@ import (
 type replica struct {
 	mu    sync.RWMutex
 	state *fsm.State // guarded by mu
+	index uint64     // guarded by mu: the last entry applied to state (or the snapshot's)
 
 	// applied is called with mu held for writing after each entry, with the
 	// entry's index, commands and results, in log order. It must not block.
@@ -34,6 +35,7 @@ func (r *replica) apply(index uint64, data []byte) any {
 	results := make([]fsm.Result, len(cmds))
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.index = index
 	for i := range cmds {
 		results[i] = r.state.Apply(&cmds[i])
 	}
@@ -48,15 +50,15 @@ func (r *replica) snapshot() []byte {
 	return r.state.Marshal(nil)
 }
 
-// restore replaces the state with a snapshot's.
-func (r *replica) restore(b []byte) error {
+// restore replaces the state with a snapshot's, taken at index.
+func (r *replica) restore(index uint64, b []byte) error {
 	s, err := fsm.Unmarshal(b)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.state = s
+	r.state, r.index = s, index
 	r.restored()
 	return nil
 }

@@ -22,6 +22,7 @@ var adminCalls = map[string]string{
 	api.Fence_AddMember_FullMethodName:      "add member",
 	api.Fence_RemoveMember_FullMethodName:   "remove member",
 	api.Fence_TransferLeader_FullMethodName: "transfer leadership",
+	api.Fence_Backup_FullMethodName:         "backup",
 }
 
 // adminInterceptor refuses an admin call that authorizeAdmin does not

@@ -51,6 +51,7 @@ var needs = map[string]need{
 	api.Fence_AddMember_FullMethodName:      {policy.Admin, cluster},
 	api.Fence_RemoveMember_FullMethodName:   {policy.Admin, cluster},
 	api.Fence_TransferLeader_FullMethodName: {policy.Admin, cluster},
+	api.Fence_Backup_FullMethodName:         {policy.Admin, cluster},
 }
 
 // caller is who makes a call, as authorize found it (policy in force only;
@@ -192,10 +193,19 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 	return handler(ctx, req)
 }
 
-// streamAuth is the interceptor of streams (KeepAlive): the policy's check
-// of the call itself; the stream's messages name no lock.
+// streamAuth is the interceptor of streams (KeepAlive, Backup): the
+// policy's check of the call itself (the stream's messages name no lock),
+// or without a policy the admin rule.
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if s.policy.Load() == nil || openMethods[info.FullMethod] {
+	if openMethods[info.FullMethod] {
+		return handler(srv, ss)
+	}
+	if s.policy.Load() == nil {
+		if what, ok := adminCalls[info.FullMethod]; ok {
+			if err := s.authorizeAdmin(ss.Context(), what); err != nil {
+				return err
+			}
+		}
 		return handler(srv, ss)
 	}
 	ctx, err := s.authorize(ss.Context(), info.FullMethod, nil)

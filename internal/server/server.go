@@ -128,9 +128,16 @@ func (s *Server) open() (err error) {
 		return err
 	}
 	s.metrics = metrics.NewServer(reg, metrics.Gauges{
-		Leases:   s.gauge(func(st *fsm.State) int { return st.NumLeases() }),
-		Locks:    s.gauge(func(st *fsm.State) int { return st.NumLocks() }),
-		Waiters:  s.gauge(func(st *fsm.State) int { return st.NumWaiters() }),
+		Leases:  s.gauge(func(st *fsm.State) int { return st.NumLeases() }),
+		Locks:   s.gauge(func(st *fsm.State) int { return st.NumLocks() }),
+		Waiters: s.gauge(func(st *fsm.State) int { return st.NumWaiters() }),
+		LastToken: func() float64 {
+			var t uint64
+			if s.node != nil {
+				s.node.View(func(st *fsm.State) { t = st.Token() })
+			}
+			return float64(t)
+		},
 		IsLeader: func() float64 { return map[bool]float64{true: 1}[s.Ready()] },
 		Raft: func() metrics.RaftStatus {
 			if s.node == nil {
@@ -360,16 +367,20 @@ func (s *Server) linearizableRead(ctx context.Context) error {
 	if !s.Ready() {
 		return s.notLeader()
 	}
-	if err := s.node.Read(ctx, func(*fsm.State) {}); err != nil {
-		if errors.Is(err, node.ErrNotLeader) {
-			return s.notLeader()
-		}
-		if ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		return status.Errorf(codes.Unavailable, "leadership not confirmed: %v; retry shortly", err)
+	return s.readErr(ctx, s.node.Read(ctx, func(*fsm.State) {}))
+}
+
+// readErr is the status of a failed linearizable read (nil for nil).
+func (s *Server) readErr(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, node.ErrNotLeader):
+		return s.notLeader()
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
 	}
-	return nil
+	return status.Errorf(codes.Unavailable, "leadership not confirmed: %v; retry shortly", err)
 }
 
 // Snapshot takes a snapshot now (and compacts the log).
