@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,7 +16,8 @@ import (
 
 func newServe(g *globals) *cobra.Command {
 	cfg := server.DefaultConfig()
-	var logLevel, logFormat, bootstrap string
+	var logLevel, logFormat, bootstrap, configPath string
+	var printOnly bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a fence node (a single node by default, data in ./fence-data)",
@@ -65,9 +67,15 @@ are accepted only from this machine. Give every node of a cluster the same.`,
     --min-ttl 500ms --max-ttl 10m --lock-delay 0`,
 		Args: usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			path := configPath
+			if path == "" {
+				path = os.Getenv("FENCE_CONFIG")
+			}
+			from, err := applyConfig(cmd, path, os.LookupEnv)
+			errs := []error{err}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
+				errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel))
 			}
 			opts := &slog.HandlerOptions{Level: level}
 			switch logFormat {
@@ -76,16 +84,27 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 			case "json":
 				cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts))
 			default:
-				return fmt.Errorf("--log-format %q: use text or json", logFormat)
+				errs = append(errs, fmt.Errorf("--log-format %q: use text or json", logFormat))
 			}
-			var err error
 			if cfg.Bootstrap, err = server.ParsePeers(bootstrap); err != nil {
-				return fmt.Errorf("--bootstrap: %w", err)
+				errs = append(errs, fmt.Errorf("--bootstrap: %w", err))
 			}
 			if cfg.AdminToken, err = g.adminToken(); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 			cfg.Insecure = g.insecure
+			errs = append(errs, cfg.Validate())
+			if printOnly {
+				if err := printConfig(cmd.OutOrStdout(), cmd, from); err != nil {
+					return err
+				}
+			}
+			if err := errors.Join(errs...); err != nil {
+				return usageError(cmd, fmt.Errorf("the configuration has problems (all of them listed):\n%w", err))
+			}
+			if printOnly {
+				return nil
+			}
 			// Signals are caught before the node starts: a SIGHUP meanwhile
 			// must not kill it (it is handled once the node serves).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -123,6 +142,8 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "a YAML file of settings, keyed by these flags' names (default $FENCE_CONFIG); flags, then $FENCE_<FLAG> variables, win over it")
+	f.BoolVar(&printOnly, "print-config", false, "print the effective settings, each with where it came from (flag, env, file, default), and exit")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's raft id (never change it for a data dir)")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the raft log and snapshots live")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "client gRPC address")
