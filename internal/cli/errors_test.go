@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -104,16 +103,13 @@ func TestErrorTable(t *testing.T) {
 			}
 			var code int
 			var errOut string
-			start := time.Now()
+			// At once, not after --connect-timeout: the messages pinned
+			// name the cause (a wait that ran out says "no answer within"),
+			// so no clock is needed to tell.
 			if tt.raw {
 				code, _, errOut = fenceArgs(t, tt.args...)
 			} else {
 				code, _, errOut = fence(t, addr, tt.args...)
-			}
-			// At once: well within --connect-timeout's default 5s (the
-			// waits in the table are shorter).
-			if took := time.Since(start); took > 2500*time.Millisecond {
-				t.Errorf("fence %q took %v", tt.args, took)
 			}
 			if code != tt.code || !strings.Contains(errOut, tt.msg) {
 				t.Errorf("fence %q: exit %d, stderr %q; want %d and %q", tt.args, code, errOut, tt.code, tt.msg)
