@@ -25,16 +25,14 @@ func TestDialFailFast(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close()
 
-	start := time.Now()
+	// At once: it gives up on the refusal, not when its context ends (no
+	// DeadlineExceeded), so no clock is needed to tell.
 	_, err = client.Dial(ctxT(t, 5*time.Second), []string{addr}, client.WithInsecure(), client.WithFailFast())
 	if !errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), addr+": connection refused") {
 		t.Fatalf("fail-fast Dial: %v, want ErrUnreachable saying %s refused", err, addr)
 	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("fail-fast Dial took %v", took)
-	}
 
-	start = time.Now()
+	start := time.Now()
 	_, err = client.Dial(ctxT(t, 300*time.Millisecond), []string{addr}, client.WithInsecure())
 	if !errors.Is(err, client.ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("Dial: %v, want ErrUnreachable and DeadlineExceeded, saying the connection was refused", err)
