@@ -179,3 +179,65 @@ func TestRedteamUncommittedRemovalLetsAMemberMove(t *testing.T) {
 	t.Errorf("the start on a new raft address was let through (the pending removal made %s look alone), and the two members, both up, elect no leader in 6s",
 		moved.NodeID)
 }
+
+// FINDING (medium, a race): a lone member that restarts on another raft
+// address records it once, in moved(), right after it first leads; if a
+// join lands first (moved sees two members and returns) or is still
+// pending (raft drops the UpdateNode: one change at a time), the new
+// address is never recorded — only a WARN at most. The joiner is then
+// handed, and dials, the old address (it never catches up), and the next
+// restart of the old node on the address it serves on is refused by
+// checkRecordedAddr (two members now, recorded ≠ given), though the
+// node's start was accepted as a lone move. Seen in about 1 of 15 tries
+// here with AddMember sent as soon as the node is up. Fix: keep the move
+// pending until it is recorded (retry moved() while the recorded address
+// differs, whatever the member count — an UpdateNode of this node's own
+// address is safe with others present), or have AddMember wait for it.
+//
+//	go test -count=1 -run TestRedteamSingleNodeMoveLostToAJoin ./internal/server/
+func TestRedteamSingleNodeMoveLostToAJoin(t *testing.T) {
+	for i := range 40 {
+		cfg := startConfig(t.TempDir())
+		cfg.Insecure, cfg.MetricsAddr = true, ""
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a leader", s.Ready)
+		old := s.RaftAddr()
+		s.Close()
+		cfg.Registerer = prometheus.NewRegistry() // restart on a new port: a lone member may move
+		if s, err = New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		now := s.RaftAddr()
+		for { // a node joins as soon as this one is up
+			jctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := s.node.AddMember(jctx, "n2", "127.0.0.1:1")
+			cancel()
+			if err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // moved() has long finished
+		ms, err := s.node.Members(ctx(t))
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Name != cfg.NodeID || m.RaftAddr == now {
+				continue
+			}
+			cfg.RaftAddr, cfg.Registerer = now, prometheus.NewRegistry()
+			s2, err := New(cfg)
+			if err == nil {
+				s2.Close()
+			}
+			t.Fatalf("try %d: %s moved %s → %s, but a join came first and the membership still records %s (the joiner dials that); "+
+				"restarting it on %s, where it served: %v", i, cfg.NodeID, old, now, m.RaftAddr, now, err)
+		}
+	}
+	t.Log("no move was lost in 40 tries")
+}
