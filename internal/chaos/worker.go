@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,7 +93,41 @@ type worker struct {
 	client string   // current client id; changes after an unknown outcome
 	ids    int
 	seq    int
+
+	// mu guards the records (call, ret): the client's observer writes some
+	// from its own goroutine (leaseLost). acquiring is the acquire in
+	// flight, if any.
+	mu        sync.Mutex
+	acquiring *Op
 }
+
+// leaseLost splits an acquire in flight whose lease ended while it waited
+// (the client's Observer.LeaseLost): the client goes on with a new lease
+// and a new call, but the old lease's call may have been granted meanwhile
+// — and that grant ended with the lease — without anyone learning its
+// token (the answer was lost while the worker was paused, say). That part
+// is an operation of unknown outcome, the rest a second acquire over the
+// same time (both began with the worker's call); recorded as one acquire,
+// the lost grant would be one no operation explains.
+func (w *worker) leaseLost(error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.acquiring
+	if old == nil {
+		return
+	}
+	w.retLocked(old, Unknown, errors.New("its lease ended while it waited; the client goes on with a new lease and call"))
+	// The rest counts from the same call: when this callback runs, the
+	// client may already have sent the new call, even had it granted.
+	w.acquiring = w.callLocked("acquire", old.Lock, 0, "", func(o *Op) { o.TTL, o.Call = old.TTL, old.Call })
+}
+
+// lostObserver passes Observer.LeaseLost to the worker.
+type lostObserver struct{ w *worker }
+
+func (o lostObserver) RenewalSent(bool)                {}
+func (o lostObserver) LeaseLost(err error)             { o.w.leaseLost(err) }
+func (o lostObserver) AcquireWait(time.Duration, bool) {}
 
 // store is one database the worker writes rows of.
 type store struct {
@@ -120,7 +155,8 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 	w.newClient()
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithTLSFiles(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key), client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client)); err != nil {
+	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithTLSFiles(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key), client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client),
+		client.WithObserver(lostObserver{w})); err != nil {
 		return err
 	}
 	defer w.cl.Close()
@@ -186,6 +222,12 @@ func (w *worker) newClient() {
 // must be set by set before the record is written: its store, above all,
 // or an open write that committed drops out of its row's history.
 func (w *worker) call(kind, lock string, token uint64, value string, set ...func(o *Op)) *Op {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.callLocked(kind, lock, token, value, set...)
+}
+
+func (w *worker) callLocked(kind, lock string, token uint64, value string, set ...func(o *Op)) *Op {
 	w.seq++
 	o := &Op{Client: w.client, Seq: w.seq, Kind: kind, Lock: lock, Token: token, Value: value, Call: Mono()}
 	for _, f := range set {
@@ -198,6 +240,12 @@ func (w *worker) call(kind, lock string, token uint64, value string, set ...func
 // ret records its end. An unknown outcome moves the worker to a new
 // client id: the open operation may still take effect.
 func (w *worker) ret(o *Op, outcome string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.retLocked(o, outcome, err)
+}
+
+func (w *worker) retLocked(o *Op, outcome string, err error) {
 	o.Outcome = outcome
 	if err != nil {
 		o.Err = err.Error()
@@ -252,10 +300,16 @@ func (w *worker) iteration() {
 	} else {
 		ttl = w.cfg.dialTTL()
 	}
-	acq := w.call("acquire", name, 0, "", func(o *Op) { o.TTL = ttl })
+	w.mu.Lock()
+	w.acquiring = w.callLocked("acquire", name, 0, "", func(o *Op) { o.TTL = ttl })
+	w.mu.Unlock()
 	var l *client.Lease
 	// Long enough to outwait a holder with a long per-lock TTL.
 	err := w.timedFor(8*w.cfg.TTL, func(ctx context.Context) (err error) { l, err = w.cl.Lock(ctx, name, opts...); return err })
+	w.mu.Lock()
+	acq := w.acquiring // leaseLost may have split it
+	w.acquiring = nil
+	w.mu.Unlock()
 	if err != nil {
 		w.ret(acq, Unknown, err) // a grant may have happened (and been undone)
 		time.Sleep(w.cfg.TTL / 10)
