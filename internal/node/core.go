@@ -129,6 +129,7 @@ type core struct {
 	rn      *raft.RawNode
 	members members
 	removed removedSet // members removed (and not added again), for the raft port
+	added   bool       // a member was added in the entries being applied (applyEntries snapshots)
 	cs      *raftpb.ConfState
 	applied uint64
 	snapped uint64 // index of the last snapshot taken or restored
@@ -576,9 +577,10 @@ func (c *core) applyEntries(ents []*raftpb.Entry) {
 	}
 	c.finishReads()
 	c.replayed = c.replayed || c.applied >= c.replayTo
-	if c.applied-c.snapped >= c.cfg.snapshotThreshold {
+	if c.applied-c.snapped >= c.cfg.snapshotThreshold || c.added && c.replayed { // (not for adds replayed at a restart)
 		c.snapshotNow()
 	}
+	c.added = false
 }
 
 // snapshotNow queues a snapshot of the applied state.
@@ -641,6 +643,14 @@ func (c *core) applyConfChange(e *raftpb.Entry, cc raftpb.ConfChangeI, decodeErr
 		c.campaign = true // the only voter waits for no one (a new single node, a group shrunk to one)
 	}
 	c.members.apply(v2, mc, err, c.removed)
+	for _, ch := range v2.GetChanges() {
+		// A new member whose log must start from a snapshot (the log is
+		// compacted past its start) gets the newest one, and raft refuses
+		// a snapshot whose configuration lacks the node: take one that
+		// lists it (applyEntries, once this entry is applied).
+		t := ch.GetType()
+		c.added = c.added || t == raftpb.ConfChangeAddLearnerNode || t == raftpb.ConfChangeAddNode
+	}
 	c.cfg.membersChanged(c.members, c.removed)
 	if i := slices.Index(c.changes, mc.Proposal); mc.Proposal != 0 && i >= 0 {
 		c.changes = slices.Delete(c.changes, i, i+1)
