@@ -343,7 +343,7 @@ func (c *Client) Backup(ctx context.Context) (Backup, error) {
 		}
 		b = Backup{ClusterID: h.GetClusterId(), NodeID: h.GetNodeId(), Index: h.GetIndex(), Term: h.GetTerm(),
 			TakenAt: time.UnixMilli(h.GetTakenAtUnixMs()).UTC(), Token: h.GetToken(), Leases: h.GetLeases(), Locks: h.GetLocks(),
-			Version: h.GetVersion(), State: make([]byte, 0, min(h.GetSize(), 1<<30))}
+			Version: h.GetVersion(), State: make([]byte, 0, min(h.GetSize(), 64<<20))} // grown as it arrives beyond that: the header alone does not get a large allocation
 		for {
 			chunk, err := stream.Recv()
 			if errors.Is(err, io.EOF) {

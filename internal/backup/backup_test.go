@@ -82,7 +82,8 @@ func TestWriteFile(t *testing.T) {
 }
 
 func TestFloor(t *testing.T) {
-	h, _ := sample() // last token 1000
+	const last = 1000
+	const top = 1<<63 - 1 - headroom // the largest floor: headroom tokens stay below 2^63
 	for _, c := range []struct {
 		floor, gap, want uint64
 		err              string
@@ -93,11 +94,15 @@ func TestFloor(t *testing.T) {
 		{999, 0, 0, "below the backup's own last token"},
 		{0, 4000, 5000, ""},
 		{5000, 4000, 0, "not both"},
-		{1 << 63, 0, 0, "signed 64-bit"},
-		{0, 1<<63 - 1 - 1000, 1<<63 - 1, ""},
-		{0, 1<<63 - 1000, 0, "overflows"},
+		{top, 0, top, ""},
+		{top + 1, 0, 0, "fewer than"},
+		{1<<63 - 1, 0, 0, "fewer than"},
+		{1 << 63, 0, 0, "fewer than"},
+		{0, top - last, top, ""},
+		{0, top - last + 1, 0, "fewer than"},
+		{0, 1<<64 - 1, 0, "fewer than"},
 	} {
-		got, err := Floor(h, c.floor, c.gap)
+		got, err := Floor(last, c.floor, c.gap)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("floor %d gap %d: %d %v, want an error with %q", c.floor, c.gap, got, err, c.err)

@@ -24,7 +24,7 @@ func (e *endless) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// FINDING (low): Read slurps its whole input (io.ReadAll) before it looks
+// Red team (fixed): Read slurped its whole input (io.ReadAll) before it looks
 // at the magic line, so `fence snapshot status` / `restore` on a file that
 // is not a backup — a multi-GB disk image, /dev/zero, a FIFO — reads it all
 // into memory (and OOMs) instead of refusing it at the 15th byte. The

@@ -74,19 +74,15 @@ func redFirstToken(t *testing.T, file string, floor ...string) uint64 {
 	return l.Token()
 }
 
-// FINDING (medium): restore computes the floor from the header's token
-// (backup.Floor(h, …): the --token-floor check and h.Token+gap), never
-// from the token of the state it actually seeds. The header is plain JSON
-// covered only by an unkeyed SHA-256, so an edited or hand-made file (or
-// any tool built on client.Backup + backup.Write with a wrong Token) whose
-// header says a lower token than its state passes `status` ("checksum ok",
-// showing the header's token) and `restore --token-gap N` then uses
-// header+N: here the state's last token is 30, the header says 0, and with
-// --token-gap 20 the old cluster may have handed out up to 50, yet the
-// restored cluster's first token is 31 — a repeat of a token the old
-// cluster may have granted. Fix: restore (and status) take the token, and
-// leases/locks, from the decoded state (st.Token()), and refuse a file
-// whose header disagrees with its state.
+// Red team (fixed): restore computed the floor from the header's token,
+// never from the token of the state it seeds. The header is plain JSON
+// covered only by an unkeyed SHA-256, so an edited or hand-made file whose
+// header said a lower token than its state passed `status` and `restore
+// --token-gap N` then used header+N: with the state's last token 30, a
+// header of 0 and --token-gap 20 (the old cluster may have handed out up
+// to 50), the restored cluster's first token was 31. Now both commands
+// refuse a file whose header does not describe its state (backup.Open),
+// and the floor is taken from the state's own token.
 //
 //	go test -count=1 -run TestRedteamRestoreGapTrustsTheHeaderToken ./internal/cli/
 func TestRedteamRestoreGapTrustsTheHeaderToken(t *testing.T) {
@@ -109,34 +105,36 @@ func TestRedteamRestoreGapTrustsTheHeaderToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if code, out, errOut := fenceArgs(t, "snapshot", "status", edited); code != 0 || !strings.Contains(out, "last token  0") {
-		t.Logf("status of the edited file: %d %s%s", code, out, errOut)
-	} else {
-		t.Logf("status accepts the edited file and shows its header's token 0 (the state's is %d):\n%s", last, out)
+	const refusal = "does not describe its state"
+	if code, out, errOut := fenceArgs(t, "snapshot", "status", edited); code != 1 || !strings.Contains(errOut, refusal) {
+		t.Errorf("status of a file whose header lies about its state: %d %s%s", code, out, errOut)
+	}
+	dir := filepath.Join(t.TempDir(), "restored")
+	if code, _, errOut := fenceArgs(t, "snapshot", "restore", edited, "--data-dir", dir, "--token-gap", "20"); code != 1 || !strings.Contains(errOut, refusal) {
+		t.Errorf("restore of a file whose header lies about its state: %d %s", code, errOut)
 	}
 	const gap = 20
-	if first := redFirstToken(t, edited, "--token-gap", strconv.Itoa(gap)); first <= last+gap {
+	if first := redFirstToken(t, file, "--token-gap", strconv.Itoa(gap)); first <= last+gap {
 		t.Errorf("state's last token %d, --token-gap %d: the old cluster may have handed out up to %d, but the restored cluster's first token is %d",
 			last, gap, last+gap, first)
 	}
 }
 
-// FINDING (low): backup.Floor accepts a floor of exactly math.MaxInt64
-// (--token-floor 9223372036854775807, or a --token-gap that reaches it),
-// but the floor is the last token handed out, so the restored cluster's
-// very first grant is 1<<63: a token that does not fit the signed 64-bit
-// fence column the error messages (and fencing.Table's Limit, < 1<<63)
-// promise, so every fenced write of the restored cluster is refused (or
-// wraps negative in storage that casts it). Nothing in the fsm refuses to
-// grant past MaxInt64 either. Fix: Floor must refuse floor ≥ MaxInt64 (and
-// h.Token+gap ≥ MaxInt64; better, leave headroom), and the fsm should
-// refuse a grant whose token would exceed MaxInt64.
+// Red team (fixed): backup.Floor accepted a floor of exactly MaxInt64, but
+// the floor is the last token handed out, so the restored cluster's first
+// grant was 1<<63, a token no signed 64-bit fence column holds. Now a floor
+// must leave 2^30 tokens below 2^63; the largest one accepted gives a first
+// token that fits.
 //
 //	go test -count=1 -run TestRedteamFloorAtMaxInt64GrantsAnUnfittingToken ./internal/cli/
 func TestRedteamFloorAtMaxInt64GrantsAnUnfittingToken(t *testing.T) {
 	file, _ := redSave(t, 1)
-	if first := redFirstToken(t, file, "--token-floor", strconv.FormatUint(math.MaxInt64, 10)); first > math.MaxInt64 {
-		t.Errorf("--token-floor %d was accepted, and the restored cluster's first token is %d: above every signed 64-bit column",
-			uint64(math.MaxInt64), first)
+	dir := filepath.Join(t.TempDir(), "restored")
+	if code, _, errOut := fenceArgs(t, "snapshot", "restore", file, "--data-dir", dir, "--token-floor", strconv.FormatUint(math.MaxInt64, 10)); code != ExitUsage || !strings.Contains(errOut, "fewer than") {
+		t.Errorf("--token-floor MaxInt64: %d %s, want a usage error", code, errOut)
+	}
+	top := uint64(math.MaxInt64 - 1<<30)
+	if first := redFirstToken(t, file, "--token-floor", strconv.FormatUint(top, 10)); first != top+1 || first > math.MaxInt64 {
+		t.Errorf("--token-floor %d: the first token is %d", top, first)
 	}
 }

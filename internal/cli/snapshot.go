@@ -58,7 +58,7 @@ unless it runs on the server's machine, or the admin right under a policy.`,
 				if err := backup.WriteFile(args[0], h, b.State); err != nil {
 					return err
 				}
-				if _, _, err := backup.ReadFile(args[0]); err != nil { // what was written reads back whole
+				if _, _, err := backup.Open(args[0]); err != nil { // what was written reads back whole
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "saved %s: index %d, last token %d, %d leases, %d locks, %d bytes of state\n",
@@ -76,12 +76,9 @@ where it was taken and what it holds. A damaged or cut-short file is an
 error. --json prints the header as JSON.`,
 		Args: usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			h, state, err := backup.ReadFile(args[0])
+			h, _, err := backup.Open(args[0])
 			if err != nil {
 				return err
-			}
-			if _, err := fsm.Unmarshal(state); err != nil {
-				return fmt.Errorf("%s: its checksum holds, but its state does not decode (a newer fence wrote it?): %w", args[0], err)
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -126,15 +123,11 @@ first cluster handed out.`,
   fence snapshot restore fence.backup --data-dir d1 --node-id n1 --raft-addr 10.0.0.1:7302 --token-gap 10000000`,
 		Args: usage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			h, state, err := backup.ReadFile(args[0])
+			h, st, err := backup.Open(args[0])
 			if err != nil {
 				return err
 			}
-			st, err := fsm.Unmarshal(state)
-			if err != nil {
-				return fmt.Errorf("%s: its state does not decode: %w", args[0], err)
-			}
-			f, err := backup.Floor(h, floor, gap)
+			f, err := backup.Floor(st.Token(), floor, gap)
 			if err != nil {
 				return usageError(cmd, err)
 			}

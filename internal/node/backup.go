@@ -53,27 +53,41 @@ func Seed(dataDir, name, raftAddr string, state []byte, log *slog.Logger) (clust
 	if _, err := fsm.Unmarshal(state); err != nil {
 		return 0, fmt.Errorf("the state to seed %s with: %w", dataDir, err)
 	}
-	entries, err := os.ReadDir(dataDir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
+	empty := func() error {
+		entries, err := os.ReadDir(dataDir)
+		if err == nil && len(entries) > 0 {
+			return fmt.Errorf("data dir %s is not empty: a restore seeds a new data dir (give a missing or empty --data-dir)", dataDir)
+		}
+		return err
+	}
+	_, statErr := os.Stat(dataDir)
+	if err := empty(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
-	case len(entries) > 0:
-		return 0, fmt.Errorf("data dir %s is not empty: a restore seeds a new data dir (give a missing or empty --data-dir)", dataDir)
 	}
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return 0, fmt.Errorf("data dir: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(dataDir) // it was missing or empty
-		}
-	}()
 	dirLock, err := lockDataDir(dataDir)
 	if err != nil {
-		return 0, err
+		return 0, err // another process holds it: nothing of its is touched
 	}
 	defer dirLock.Close()
+	// Held now, and still nothing but the lock in it? (Another start may
+	// have slipped in before the lock.) Only then is what fails undone.
+	if entries, err := os.ReadDir(dataDir); err != nil || len(entries) != 1 {
+		return 0, errors.Join(err, fmt.Errorf("data dir %s is not empty: a restore seeds a new data dir (give a missing or empty --data-dir)", dataDir))
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, name := range []string{formatFile, raftDir, lockFile} {
+			os.RemoveAll(filepath.Join(dataDir, name)) // what this seed wrote
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
+			os.Remove(dataDir) // and the dir, if it made it
+		}
+	}()
 	if _, err := checkFormat(dataDir); err != nil {
 		return 0, err
 	}
