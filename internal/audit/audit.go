@@ -7,9 +7,13 @@ package audit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fencehq/fence/internal/fsm"
@@ -62,6 +66,24 @@ type Event struct {
 type Log struct {
 	mu sync.Mutex // Denied is called from the handlers, Entry from the apply loop
 	f  *os.File
+}
+
+// Check reports, without creating anything, whether Open(path) would
+// fail: an existing file must open for appending, a new one needs a
+// directory this process may write in.
+func Check(path string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("audit file: %w", err)
+	}
+	dir := filepath.Dir(path)
+	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
+		return fmt.Errorf("audit file %s: its directory %s: %w", path, dir, err)
+	}
+	return nil
 }
 
 // Open opens (or creates) the audit file at path for appending.

@@ -142,10 +142,16 @@ func confChangeOf(e *raftpb.Entry) (cc raftpb.ConfChangeI, ok bool, err error) {
 }
 
 // recordedMembers is the address book as a log on disk has it: its
-// snapshot's members, then every membership change after it, committed or
-// not (the latest word on an address), before raft replays any of it.
+// snapshot's members, then every committed membership change after it (an
+// uncommitted one may never take effect: a removal of the others not yet
+// committed must not make a member look alone), before raft replays any
+// of it.
 func recordedMembers(s *raftstore.Store) (members, error) {
 	ms := members{}
+	hs, _, err := s.InitialState()
+	if err != nil {
+		return nil, err
+	}
 	snap, err := s.Snapshot()
 	if err != nil {
 		return nil, err
@@ -168,6 +174,9 @@ func recordedMembers(s *raftstore.Store) (members, error) {
 		return nil, err
 	}
 	for _, e := range ents {
+		if e.GetIndex() > hs.GetCommit() {
+			break
+		}
 		if cc, ok, err := confChangeOf(e); ok && err == nil {
 			v2 := cc.AsV2()
 			mc, err := decodeContext(v2.GetContext())

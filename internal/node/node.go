@@ -117,6 +117,7 @@ type Node struct {
 	audit    *audit.Log  // nil unless Config.AuditFile is set
 	led      atomic.Bool // this node has led (read only by a planted bug)
 
+	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed sync.Once
@@ -160,12 +161,6 @@ func (n *Node) open() error {
 		n.cfg.RaftAddr = lis.Addr().String()
 		cfg = n.cfg
 	}
-	if cfg.AuditFile != "" {
-		var err error
-		if n.audit, err = audit.Open(cfg.AuditFile); err != nil {
-			return err
-		}
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -183,6 +178,11 @@ func (n *Node) open() error {
 	}
 	if err := n.checkRecordedAddr(); err != nil {
 		return err
+	}
+	if cfg.AuditFile != "" { // after the checks that refuse a start: a refused one creates no file
+		if n.audit, err = audit.Open(cfg.AuditFile); err != nil {
+			return err
+		}
 	}
 
 	n.replica = &replica{state: fsm.New(), applied: n.applied, restored: n.restored, log: n.log}
@@ -244,7 +244,7 @@ func (n *Node) open() error {
 
 	n.lessor = newLessor(cfg.Clock, cfg.TickInterval, n.proposer.proposeAll, n.log)
 	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+	n.ctx, n.cancel = ctx, cancel
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.lessor.run(ctx) }()
 	go func() { defer n.wg.Done(); n.promoteLearners(ctx) }()
@@ -372,21 +372,36 @@ func (n *Node) leadership(leading bool) {
 	go func() { defer n.wg.Done(); n.moved(); n.announce() }()
 }
 
-// moved records, in the membership, the new raft address of a lone member
+// moved records, in the membership, the new raft address of a member
 // that restarted on another one (checkRecordedAddr lets only a lone member
-// move), so that a node that joins later dials the right one.
+// move), so that a node that joins — even one that joined meanwhile, and
+// was told the old address — dials the right one. Raft takes one
+// membership change at a time, so it tries until the address is recorded,
+// while this node leads.
 func (n *Node) moved() {
-	var recorded Member
-	var alone bool
-	if err := n.group.control(context.Background(), func(c *core) {
-		recorded, alone = c.members[n.id], len(c.members) == 1
-	}); err != nil || !alone || recorded.RaftAddr == n.cfg.RaftAddr || recorded.ID != n.id {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.changeMember(ctx, raftpb.ConfChangeUpdateNode, Member{Name: n.cfg.Name, RaftAddr: n.cfg.RaftAddr, ID: n.id}); err != nil {
-		n.log.Warn("could not record this node's new raft address; a node that joins would dial the old one", "err", err)
+	for try := 0; ; try++ {
+		if try == 100 {
+			n.log.Warn("could not record this node's new raft address; a node that joins would dial the old one", "address", n.cfg.RaftAddr)
+			return
+		}
+		var recorded Member
+		var known bool
+		if err := n.group.control(n.ctx, func(c *core) { recorded, known = c.members[n.id] }); err != nil ||
+			!known || recorded.RaftAddr == n.cfg.RaftAddr || !n.group.status.Load().leading {
+			return
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		err := n.changeMember(ctx, raftpb.ConfChangeUpdateNode, Member{Name: n.cfg.Name, RaftAddr: n.cfg.RaftAddr, ID: n.id})
+		cancel()
+		if err == nil {
+			continue // look again: it is recorded once applied
+		}
+		n.log.Debug("recording this node's new raft address; will retry", "err", err)
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

@@ -239,6 +239,18 @@ func (c *Config) Validate() error {
 	check(c.DataDir != "", "data dir is empty")
 	check(c.GRPCAddr != "", "gRPC address is empty")
 	check(c.RaftAddr != "" || c.RaftListener != nil, "raft address is empty")
+	ports := []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--metrics-addr", c.MetricsAddr}}
+	if c.RaftListener == nil {
+		ports = append(ports, struct{ flag, addr string }{"--raft-addr", c.RaftAddr})
+	}
+	seen := map[string]string{}
+	for _, p := range ports {
+		if _, port, _ := net.SplitHostPort(p.addr); p.addr == "" || port == "0" {
+			continue // off, or a free port picked at start
+		}
+		check(seen[p.addr] == "", "%s and %s are both %s: each port needs its own address", seen[p.addr], p.flag, p.addr)
+		seen[p.addr] = p.flag
+	}
 	errs = append(errs, c.checkAdvertised()...)
 	check(c.MinTTL >= fsm.MinTTL && c.MinTTL <= c.MaxTTL && c.MaxTTL <= fsm.MaxTTL,
 		"TTL bounds %v…%v must satisfy %v ≤ min ≤ max ≤ %v", c.MinTTL, c.MaxTTL, fsm.MinTTL, fsm.MaxTTL)

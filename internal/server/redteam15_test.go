@@ -18,7 +18,7 @@ import (
 	"github.com/fencehq/fence/internal/node"
 )
 
-// FINDING (medium): a first start with --join asks the cluster to add it
+// Red team (fixed): a first start with --join asks the cluster to add it
 // (AddMember commits a learner) BEFORE it opens anything local, so a start
 // that then fails — here a bad --audit-file, the same for a data dir held
 // by another process, a FORMAT it refuses, … — has changed the cluster:
@@ -53,7 +53,7 @@ func TestRedteamFailedJoinStartLeavesALearner(t *testing.T) {
 	}
 }
 
-// FINDING (low): the audit file is opened (O_CREATE) before the data
+// Red team (fixed): the audit file was opened (O_CREATE) before the data
 // dir's lock and before checkRecordedAddr, so a start that is refused —
 // here a second process on a data dir in use — still creates its
 // --audit-file. (Same for a member refused for a changed raft address,
@@ -89,7 +89,7 @@ func (d *dropAll) Send(msgs []*raftpb.Message) {
 	}
 }
 
-// FINDING (medium): checkRecordedAddr decides "a lone member may move" on
+// Red team (fixed): checkRecordedAddr decided "a lone member may move" on
 // the member list with every conf change in the log applied, committed or
 // not. A leader of {n1, n2} that appended the removal of n2 but could not
 // commit it (n2 was cut off: fence members remove n2 timed out) reads
@@ -180,7 +180,7 @@ func TestRedteamUncommittedRemovalLetsAMemberMove(t *testing.T) {
 		moved.NodeID)
 }
 
-// FINDING (medium, a race): a lone member that restarts on another raft
+// Red team (fixed; a race): a lone member that restarts on another raft
 // address records it once, in moved(), right after it first leads; if a
 // join lands first (moved sees two members and returns) or is still
 // pending (raft drops the UpdateNode: one change at a time), the new
@@ -220,8 +220,16 @@ func TestRedteamSingleNodeMoveLostToAJoin(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond) // moved() has long finished
-		ms, err := s.node.Members(ctx(t))
+		var ms []node.MemberStatus
+		eventually(t, "the move recorded", func() bool { // it retries until it is
+			ms, err = s.node.Members(ctx(t))
+			for _, m := range ms {
+				if m.Name == cfg.NodeID {
+					return m.RaftAddr == now
+				}
+			}
+			return false
+		})
 		s.Close()
 		if err != nil {
 			t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/audit"
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/node"
@@ -164,6 +165,18 @@ func (s *Server) open() (err error) {
 		ncfg.Bootstrap = append(ncfg.Bootstrap, node.Member{Name: p.ID, RaftAddr: p.RaftAddr})
 	}
 	if len(cfg.Join) > 0 && !node.HasLog(cfg.DataDir) {
+		// What could fail the start locally fails it before the cluster
+		// adds this node: a start that fails after the join leaves a
+		// learner behind (AddMember with the same address is a no-op, so
+		// a retry with the same flags joins it).
+		if err := node.CheckDataDir(cfg.DataDir); err != nil {
+			return err
+		}
+		if cfg.AuditFile != "" {
+			if err := audit.Check(cfg.AuditFile); err != nil {
+				return err
+			}
+		}
 		if ncfg.Join, err = s.join(); err != nil {
 			return err
 		}

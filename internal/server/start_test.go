@@ -187,3 +187,13 @@ func waitLeader(t *testing.T, srvs []*Server) {
 	t.Helper()
 	eventually(t, "a leader", func() bool { return slices.ContainsFunc(srvs, (*Server).Ready) })
 }
+
+// Two ports on one address are refused with the settings, before anything
+// binds (the second bind would blame "another program").
+func TestSamePortTwiceIsRefused(t *testing.T) {
+	cfg := startConfig(t.TempDir())
+	cfg.GRPCAddr, cfg.RaftAddr = "127.0.0.1:7399", "127.0.0.1:7399"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--grpc-addr and --raft-addr are both 127.0.0.1:7399") {
+		t.Fatalf("gRPC and raft on one port: %v", err)
+	}
+}
