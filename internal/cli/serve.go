@@ -94,7 +94,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 			}
 			cfg.Insecure = g.insecure
 			errs = append(errs, cfg.Validate())
-			if printOnly {
+			if printOnly && errs[0] == nil { // nothing printed when a source did not load: it would read as a config of defaults
 				if err := printConfig(cmd.OutOrStdout(), cmd, from); err != nil {
 					return err
 				}

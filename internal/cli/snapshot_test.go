@@ -163,8 +163,29 @@ func TestBackupRestoreNeverRepeatsAToken(t *testing.T) {
 		if err != nil || info.Token != kept.Token() || !info.Held() {
 			t.Errorf("%s: the lock held across the backup, restored: %+v %v (want token %d, held)", name, info, err, kept.Token())
 		}
-		_ = l.Release(ctx)
-		rc.Close()
+		if err := l.Release(ctx); err != nil { // (before the cluster has two voters, one of which is about to stop)
+			t.Fatal(err)
+		}
+		// The restored cluster grows: a member joins (its log can only
+		// start from a snapshot, which must list it) and becomes a voter.
+		jcfg := locktest.Config(filepath.Join(t.TempDir(), "joiner"))
+		jcfg.NodeID, jcfg.Join, jcfg.JoinTimeout = "r2", []string{srv.GRPCAddr()}, 10*time.Second
+		joiner, err := server.New(jcfg) // (locktest.Run would wait for it to lead)
+		if err != nil {
+			t.Fatalf("%s: join the restored cluster: %v", name, err)
+		}
+		voter := false
+		for deadline := time.Now().Add(15 * time.Second); !voter && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			ms, _, err := rc.Members(ctx)
+			for _, m := range ms {
+				voter = voter || err == nil && m.ID == "r2" && m.Suffrage == "Voter"
+			}
+		}
+		if !voter {
+			t.Errorf("%s: the member that joined the restored cluster never became a voter", name)
+		}
+		rc.Close() // first: it revokes its lease, which needs both voters
+		joiner.Close()
 		srv.Close()
 	}
 	var hdr map[string]any
