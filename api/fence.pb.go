@@ -41,6 +41,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -151,8 +152,8 @@ type BackupHeader struct {
 	NodeId    string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Index     uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
 	Term      uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
-	// taken_at_unix_ms: the leader's wall clock when it copied the state.
-	TakenAtUnixMs int64 `protobuf:"varint,5,opt,name=taken_at_unix_ms,json=takenAtUnixMs,proto3" json:"taken_at_unix_ms,omitempty"`
+	// taken_at: the leader's wall clock when it copied the state (for people).
+	TakenAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
 	// token is the last fencing token granted in this state.
 	Token  uint64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
 	Leases uint64 `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
@@ -224,11 +225,11 @@ func (x *BackupHeader) GetTerm() uint64 {
 	return 0
 }
 
-func (x *BackupHeader) GetTakenAtUnixMs() int64 {
+func (x *BackupHeader) GetTakenAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.TakenAtUnixMs
+		return x.TakenAt
 	}
-	return 0
+	return nil
 }
 
 func (x *BackupHeader) GetToken() uint64 {
@@ -2246,18 +2247,18 @@ var File_fence_proto protoreflect.FileDescriptor
 
 const file_fence_proto_rawDesc = "" +
 	"\n" +
-	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\"\x0f\n" +
+	"\vfence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
 	"\rBackupRequest\"Q\n" +
 	"\vBackupChunk\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.fence.v1.BackupHeaderR\x06header\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xa3\x02\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xb1\x02\n" +
 	"\fBackupHeader\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\x12'\n" +
-	"\x10taken_at_unix_ms\x18\x05 \x01(\x03R\rtakenAtUnixMs\x12\x14\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x125\n" +
+	"\btaken_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12\x14\n" +
 	"\x05token\x18\x06 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06leases\x18\a \x01(\x04R\x06leases\x12\x14\n" +
 	"\x05locks\x18\b \x01(\x04R\x05locks\x12\x12\n" +
@@ -2470,55 +2471,57 @@ var file_fence_proto_goTypes = []any{
 	(*LockHeld)(nil),               // 33: fence.v1.LockHeld
 	(*NotLeader)(nil),              // 34: fence.v1.NotLeader
 	(*StaleToken)(nil),             // 35: fence.v1.StaleToken
-	(*durationpb.Duration)(nil),    // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 37: google.protobuf.Duration
 }
 var file_fence_proto_depIdxs = []int32{
 	2,  // 0: fence.v1.BackupChunk.header:type_name -> fence.v1.BackupHeader
-	3,  // 1: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
-	3,  // 2: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
-	36, // 3: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 4: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
-	36, // 5: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	36, // 6: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	26, // 7: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
-	26, // 8: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
-	36, // 9: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
-	36, // 10: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	12, // 11: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
-	14, // 12: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
-	16, // 13: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
-	18, // 14: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
-	20, // 15: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
-	22, // 16: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
-	24, // 17: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
-	27, // 18: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
-	29, // 19: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
-	31, // 20: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
-	4,  // 21: fence.v1.Fence.Members:input_type -> fence.v1.MembersRequest
-	6,  // 22: fence.v1.Fence.AddMember:input_type -> fence.v1.AddMemberRequest
-	8,  // 23: fence.v1.Fence.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
-	10, // 24: fence.v1.Fence.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
-	0,  // 25: fence.v1.Fence.Backup:input_type -> fence.v1.BackupRequest
-	13, // 26: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
-	15, // 27: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
-	17, // 28: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
-	19, // 29: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
-	21, // 30: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
-	23, // 31: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
-	25, // 32: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
-	28, // 33: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
-	30, // 34: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
-	32, // 35: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
-	5,  // 36: fence.v1.Fence.Members:output_type -> fence.v1.MembersResponse
-	7,  // 37: fence.v1.Fence.AddMember:output_type -> fence.v1.AddMemberResponse
-	9,  // 38: fence.v1.Fence.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
-	11, // 39: fence.v1.Fence.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
-	1,  // 40: fence.v1.Fence.Backup:output_type -> fence.v1.BackupChunk
-	26, // [26:41] is the sub-list for method output_type
-	11, // [11:26] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	36, // 1: fence.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
+	3,  // 2: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
+	3,  // 3: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
+	37, // 4: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	37, // 5: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
+	37, // 6: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	37, // 7: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	26, // 8: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
+	26, // 9: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
+	37, // 10: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
+	37, // 11: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	12, // 12: fence.v1.Fence.CreateLease:input_type -> fence.v1.CreateLeaseRequest
+	14, // 13: fence.v1.Fence.KeepAlive:input_type -> fence.v1.KeepAliveRequest
+	16, // 14: fence.v1.Fence.Revoke:input_type -> fence.v1.RevokeRequest
+	18, // 15: fence.v1.Fence.Acquire:input_type -> fence.v1.AcquireRequest
+	20, // 16: fence.v1.Fence.Release:input_type -> fence.v1.ReleaseRequest
+	22, // 17: fence.v1.Fence.GetLock:input_type -> fence.v1.GetLockRequest
+	24, // 18: fence.v1.Fence.ListLocks:input_type -> fence.v1.ListLocksRequest
+	27, // 19: fence.v1.Fence.Put:input_type -> fence.v1.PutRequest
+	29, // 20: fence.v1.Fence.Get:input_type -> fence.v1.GetRequest
+	31, // 21: fence.v1.Fence.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
+	4,  // 22: fence.v1.Fence.Members:input_type -> fence.v1.MembersRequest
+	6,  // 23: fence.v1.Fence.AddMember:input_type -> fence.v1.AddMemberRequest
+	8,  // 24: fence.v1.Fence.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
+	10, // 25: fence.v1.Fence.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
+	0,  // 26: fence.v1.Fence.Backup:input_type -> fence.v1.BackupRequest
+	13, // 27: fence.v1.Fence.CreateLease:output_type -> fence.v1.CreateLeaseResponse
+	15, // 28: fence.v1.Fence.KeepAlive:output_type -> fence.v1.KeepAliveResponse
+	17, // 29: fence.v1.Fence.Revoke:output_type -> fence.v1.RevokeResponse
+	19, // 30: fence.v1.Fence.Acquire:output_type -> fence.v1.AcquireResponse
+	21, // 31: fence.v1.Fence.Release:output_type -> fence.v1.ReleaseResponse
+	23, // 32: fence.v1.Fence.GetLock:output_type -> fence.v1.GetLockResponse
+	25, // 33: fence.v1.Fence.ListLocks:output_type -> fence.v1.ListLocksResponse
+	28, // 34: fence.v1.Fence.Put:output_type -> fence.v1.PutResponse
+	30, // 35: fence.v1.Fence.Get:output_type -> fence.v1.GetResponse
+	32, // 36: fence.v1.Fence.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
+	5,  // 37: fence.v1.Fence.Members:output_type -> fence.v1.MembersResponse
+	7,  // 38: fence.v1.Fence.AddMember:output_type -> fence.v1.AddMemberResponse
+	9,  // 39: fence.v1.Fence.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
+	11, // 40: fence.v1.Fence.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
+	1,  // 41: fence.v1.Fence.Backup:output_type -> fence.v1.BackupChunk
+	27, // [27:42] is the sub-list for method output_type
+	12, // [12:27] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_fence_proto_init() }

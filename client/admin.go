@@ -342,7 +342,7 @@ func (c *Client) Backup(ctx context.Context) (Backup, error) {
 			return errors.New("the leader's answer has no header")
 		}
 		b = Backup{ClusterID: h.GetClusterId(), NodeID: h.GetNodeId(), Index: h.GetIndex(), Term: h.GetTerm(),
-			TakenAt: time.UnixMilli(h.GetTakenAtUnixMs()).UTC(), Token: h.GetToken(), Leases: h.GetLeases(), Locks: h.GetLocks(),
+			TakenAt: h.GetTakenAt().AsTime(), Token: h.GetToken(), Leases: h.GetLeases(), Locks: h.GetLocks(),
 			Version: h.GetVersion(), State: make([]byte, 0, min(h.GetSize(), 64<<20))} // grown as it arrives beyond that: the header alone does not get a large allocation
 		for {
 			chunk, err := stream.Recv()

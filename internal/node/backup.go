@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -28,6 +29,9 @@ type Backup struct {
 	// are State's sizes.
 	Token         uint64
 	Leases, Locks int
+	// TakenAt is this node's wall clock when it copied State (for people:
+	// nothing is timed by it).
+	TakenAt time.Time
 }
 
 // Backup copies the state after a linearizable read (Read): it holds every
@@ -38,7 +42,7 @@ func (n *Node) Backup(ctx context.Context) (Backup, error) {
 		b.State, b.Index = s.Marshal(nil), n.replica.index // Read holds the replica's lock: index is State's
 		b.Token, b.Leases, b.Locks = s.Token(), s.NumLeases(), s.NumLocks()
 	})
-	b.Term = n.RaftStatus().Term
+	b.Term, b.TakenAt = n.RaftStatus().Term, time.Now()
 	return b, err
 }
 

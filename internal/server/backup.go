@@ -3,7 +3,8 @@ package server
 import (
 	"crypto/sha256"
 	"fmt"
-	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/internal/buildinfo"
@@ -26,7 +27,7 @@ func (v *service) Backup(_ *api.BackupRequest, stream api.Fence_BackupServer) er
 	}
 	sum := sha256.Sum256(b.State)
 	h := &api.BackupHeader{ClusterId: b.ClusterID, NodeId: v.s.cfg.NodeID, Index: b.Index, Term: b.Term,
-		TakenAtUnixMs: time.Now().UnixMilli(), Token: b.Token, Leases: uint64(b.Leases), Locks: uint64(b.Locks),
+		TakenAt: timestamppb.New(b.TakenAt), Token: b.Token, Leases: uint64(b.Leases), Locks: uint64(b.Locks),
 		Size: uint64(len(b.State)), Sha256: sum[:], Version: buildinfo.Get().Version}
 	if err := stream.Send(&api.BackupChunk{Header: h}); err != nil {
 		return err
