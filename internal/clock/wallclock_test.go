@@ -36,14 +36,16 @@ var (
 
 // leaseScope says, per package and file, which rules apply: wall-only uses
 // are refused in every package that times leases; direct reads in the
-// client, the state machine and the server's lessor (the rest of the server
-// times RPCs and logs, not leases).
+// client, the state machine and the lessor (internal/node/lessor.go since
+// the engine moved it there: the rest of the node and the server time RPCs,
+// raft ticks and logs, not leases).
 func leaseScope(pkgPath, file string) (wall, direct bool) {
 	switch {
 	case strings.HasPrefix(pkgPath, "github.com/fencehq/fence/client"),
 		strings.HasPrefix(pkgPath, "github.com/fencehq/fence/internal/fsm"):
 		return true, true
-	case strings.HasPrefix(pkgPath, "github.com/fencehq/fence/internal/server"):
+	case strings.HasPrefix(pkgPath, "github.com/fencehq/fence/internal/server"),
+		strings.HasPrefix(pkgPath, "github.com/fencehq/fence/internal/node"):
 		return true, filepath.Base(file) == "lessor.go"
 	}
 	return false, false
@@ -97,7 +99,7 @@ func timeUses(fset *token.FileSet, pkgPath string, files []*ast.File, info *type
 // and boottime clocks per process; this test covers the clocks Linux cannot
 // shift per process.
 func TestLeasesNeverReadTheWallClock(t *testing.T) {
-	patterns := []string{"./client/...", "./internal/server/...", "./internal/fsm/..."}
+	patterns := []string{"./client/...", "./internal/server/...", "./internal/fsm/...", "./internal/node/..."}
 	root := "../.."
 	type pkg struct{ path, dir, files string }
 	var pkgs []pkg
