@@ -252,6 +252,9 @@ func (c *Config) Validate() error {
 		seen[p.addr] = p.flag
 	}
 	errs = append(errs, c.checkAdvertised()...)
+	if err := c.checkDevSetup(); err != nil { // a cluster or a wide address without certificates
+		errs = append(errs, err)
+	}
 	check(c.MinTTL >= fsm.MinTTL && c.MinTTL <= c.MaxTTL && c.MaxTTL <= fsm.MaxTTL,
 		"TTL bounds %v…%v must satisfy %v ≤ min ≤ max ≤ %v", c.MinTTL, c.MaxTTL, fsm.MinTTL, fsm.MaxTTL)
 	check(c.DefaultLockDelay >= 0 && c.DefaultLockDelay <= fsm.MaxLockDelay,

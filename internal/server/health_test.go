@@ -184,14 +184,16 @@ func TestReadyzAndLeaderz(t *testing.T) {
 	waitCode(follower, "/readyz", 200)
 }
 
+func hasKey(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
+
 // The per-peer gauges: on the leader, every other member's match index,
 // active flag and last contact, one series per member; a member cut off
 // goes inactive and its last contact grows.
 func TestPeerMetrics(t *testing.T) {
 	c := locktest.NewCluster(t, 3, func(cfg *server.Config) { cfg.MetricsAddr = "127.0.0.1:0" })
 	leader := c.Leader()
-	scrape := func() map[string]float64 {
-		resp, err := http.Get("http://" + leader.Server.MetricsAddr() + "/metrics")
+	scrapeOf := func(nd *locktest.Node) map[string]float64 {
+		resp, err := http.Get("http://" + nd.Server.MetricsAddr() + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,6 +211,7 @@ func TestPeerMetrics(t *testing.T) {
 		}
 		return v
 	}
+	scrape := func() map[string]float64 { return scrapeOf(leader) }
 	var cut *locktest.Node
 	eventually := func(what string, ok func(v map[string]float64) bool) map[string]float64 {
 		t.Helper()
@@ -240,6 +243,10 @@ func TestPeerMetrics(t *testing.T) {
 	})
 	if _, ok := v[series("fence_raft_peer_active", leader.ID)]; ok || len(v) != 6 {
 		t.Fatalf("want 3 series for each of the 2 other members, none for the leader itself: %v", v)
+	}
+	// A follower hears from the leader only: one series, the leader's.
+	if fv := scrapeOf(cut); len(fv) != 1 || !hasKey(fv, series("fence_raft_peer_last_contact_seconds", leader.ID)) {
+		t.Fatalf("a follower's peer series: %v, want only the leader's last contact", fv)
 	}
 	c.Partition(cut)
 	eventually("the cut-off member inactive, last heard from over half a second ago", func(v map[string]float64) bool {

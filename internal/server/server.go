@@ -100,10 +100,7 @@ func (s *Server) open() (err error) {
 		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg, gather = r, r
 	}
-	if err := cfg.checkDevSetup(); err != nil {
-		return err
-	}
-	if err := s.listen(); err != nil {
+	if err := s.listen(); err != nil { // (the dev setup's refusals are Validate's)
 		return err
 	}
 	var dev devSetup
@@ -325,8 +322,8 @@ func (s *Server) peerGauges() []metrics.Peer {
 	leading := s.node.Ready()
 	var out []metrics.Peer
 	for _, m := range ms {
-		if m.Name == s.cfg.NodeID {
-			continue
+		if m.Name == s.cfg.NodeID || !leading && !m.Leader {
+			continue // a follower hears from the leader only: another follower's last contact would only grow
 		}
 		out = append(out, metrics.Peer{Name: m.Name, LastContact: m.LastContact.Seconds(), Match: m.Match, Active: m.Active, Leading: leading})
 	}
