@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -253,4 +254,23 @@ func TestPeerMetrics(t *testing.T) {
 		return v[series("fence_raft_peer_active", cut.ID)] == 0 && v[series("fence_raft_peer_last_contact_seconds", cut.ID)] > 0.5
 	})
 	c.Heal()
+}
+
+// A single node's start logs no WARN (an earlier engine warned about
+// heartbeat timeouts with nobody to hear from): a WARN means an operator
+// should look.
+func TestSingleNodeStartLogsNoWarning(t *testing.T) {
+	logs := &locktest.LogBuffer{}
+	cfg := locktest.Config(t.TempDir())
+	cfg.Insecure = false // the dev setup, as 'fence serve' with no flags
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.RaftLogLevel = "warn" // the default: the raft library's own warnings count too
+	s, err := locktest.Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if logs.Contains("level=WARN") || logs.Contains("level=ERROR") {
+		t.Fatalf("a single node's start logged a warning:\n%s", logs)
+	}
 }
