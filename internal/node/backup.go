@@ -57,15 +57,17 @@ func Seed(dataDir, name, raftAddr string, state []byte, log *slog.Logger) (clust
 	if _, err := fsm.Unmarshal(state); err != nil {
 		return 0, fmt.Errorf("the state to seed %s with: %w", dataDir, err)
 	}
-	empty := func() error {
+	// onlyHolds refuses a dataDir with more than want entries.
+	notEmpty := fmt.Errorf("data dir %s is not empty: a restore seeds a new data dir (give a missing or empty --data-dir)", dataDir)
+	onlyHolds := func(want int) error {
 		entries, err := os.ReadDir(dataDir)
-		if err == nil && len(entries) > 0 {
-			return fmt.Errorf("data dir %s is not empty: a restore seeds a new data dir (give a missing or empty --data-dir)", dataDir)
+		if err == nil && len(entries) > want {
+			return notEmpty
 		}
 		return err
 	}
 	_, statErr := os.Stat(dataDir)
-	if err := empty(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := onlyHolds(0); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
@@ -78,8 +80,8 @@ func Seed(dataDir, name, raftAddr string, state []byte, log *slog.Logger) (clust
 	defer dirLock.Close()
 	// Held now, and still nothing but the lock in it? (Another start may
 	// have slipped in before the lock.) Only then is what fails undone.
-	if entries, err := os.ReadDir(dataDir); err != nil || len(entries) != 1 {
-		return 0, errors.Join(err, fmt.Errorf("data dir %s is not empty: a restore seeds a new data dir (give a missing or empty --data-dir)", dataDir))
+	if err := onlyHolds(1); err != nil {
+		return 0, err
 	}
 	defer func() {
 		if err == nil {

@@ -3,9 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -105,21 +103,11 @@ func (d *dropAll) Send(msgs []*raftpb.Message) {
 //	go test -count=1 -run TestRedteamUncommittedRemovalLetsAMemberMove ./internal/server/
 func TestRedteamUncommittedRemovalLetsAMemberMove(t *testing.T) {
 	var cut atomic.Bool
-	var peers []Peer
-	var cfgs []Config
-	for i := range 2 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := startConfig(t.TempDir())
-		cfg.NodeID, cfg.RaftListener, cfg.Insecure, cfg.MetricsAddr = fmt.Sprintf("n%d", i+1), lis, true, ""
+	peers, cfgs := memberConfigs(t, 2, func(cfg *Config) {
 		// Slow elections: the leader keeps leading a moment after the cut (CheckQuorum).
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 100*time.Millisecond, time.Second
 		cfg.WrapTransport = func(tr node.Transport) node.Transport { return &dropAll{Transport: tr, cut: &cut} }
-		peers = append(peers, Peer{ID: cfg.NodeID, RaftAddr: lis.Addr().String()})
-		cfgs = append(cfgs, cfg)
-	}
+	})
 	var srvs []*Server
 	for i := range cfgs {
 		cfgs[i].Bootstrap = peers

@@ -62,23 +62,35 @@ func TestBusyPortChangesNothing(t *testing.T) {
 	}
 }
 
-// TestMemberMustKeepItsRaftAddr: a member of a 3-node cluster restarted
-// on another raft port is refused, with the recorded address in the error
-// and its data dir exactly as it was (the others would go on dialing the
-// old address); on the recorded address it starts.
-func TestMemberMustKeepItsRaftAddr(t *testing.T) {
+// memberConfigs are n plaintext members (n1, n2, …) of one cluster on free
+// loopback raft listeners, each changed by mutate if set, and the peers of
+// their bootstrap list.
+func memberConfigs(t *testing.T, n int, mutate func(*Config)) ([]Peer, []Config) {
+	t.Helper()
 	var peers []Peer
 	var cfgs []Config
-	for i := range 3 {
+	for i := range n {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := startConfig(t.TempDir())
 		cfg.NodeID, cfg.RaftListener, cfg.Insecure, cfg.MetricsAddr = fmt.Sprintf("n%d", i+1), lis, true, ""
+		if mutate != nil {
+			mutate(&cfg)
+		}
 		peers = append(peers, Peer{ID: cfg.NodeID, RaftAddr: lis.Addr().String()})
 		cfgs = append(cfgs, cfg)
 	}
+	return peers, cfgs
+}
+
+// TestMemberMustKeepItsRaftAddr: a member of a 3-node cluster restarted
+// on another raft port is refused, with the recorded address in the error
+// and its data dir exactly as it was (the others would go on dialing the
+// old address); on the recorded address it starts.
+func TestMemberMustKeepItsRaftAddr(t *testing.T) {
+	peers, cfgs := memberConfigs(t, 3, nil)
 	var srvs []*Server
 	for _, cfg := range cfgs {
 		cfg.Bootstrap = peers
