@@ -532,6 +532,21 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	return n.proposer.propose(ctx, cmd)
 }
 
+// ProposeAll commits cmds (they share raft entries, without a goroutine
+// per command) and returns their results in order. The error is the first
+// failure's, if any failed; the others may still have committed.
+func (n *Node) ProposeAll(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
+	outs := n.proposer.proposeAll(ctx, cmds)
+	results := make([]fsm.Result, len(outs))
+	for i, o := range outs {
+		if o.err != nil {
+			return nil, o.err
+		}
+		results[i] = o.res
+	}
+	return results, nil
+}
+
 // Read runs fn on the state once this node, confirmed leader by a quorum
 // (raft's ReadIndex), has applied every write acknowledged before the call.
 func (n *Node) Read(ctx context.Context, fn func(*fsm.State)) error {

@@ -49,6 +49,34 @@ func TestNotReadyRefusesCalls(t *testing.T) {
 	if _, err := cli.ListLocks(cctx, &api.ListLocksRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("read on a node that is not ready: %v", err)
 	}
+
+	// A renewal of a live lease sent to a follower ends the stream with
+	// NotLeader (so the client renews on the leader); it is not answered
+	// ok=false, which would tell the holder that its lease has ended.
+	lease, err := directClient(t, leader).CreateLease(cctx, &api.CreateLeaseRequest{RequestId: []byte("not-ready-call-2"), Ttl: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := cli.KeepAlive(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("renewal on a node that is not ready: answer %v, error %v; want the stream ended with UNAVAILABLE", resp, err)
+	}
+	var hint *api.NotLeader
+	for _, d := range status.Convert(err).Details() {
+		if nl, ok := d.(*api.NotLeader); ok {
+			hint = nl
+		}
+	}
+	if hint == nil || hint.LeaderAddr != leader.Server.GRPCAddr() {
+		t.Fatalf("renewal on a follower: NotLeader detail %v, want the leader at %s", hint, leader.Server.GRPCAddr())
+	}
 }
 
 // TestPartitionedLeaderIsInert cuts the leader off from the majority. The

@@ -96,140 +96,155 @@ type renewal struct {
 // than it asked — and answered in arrival order. A malformed request is
 // answered on its own (ok=false, error) without ending the stream; when the
 // client half-closes, every request already received is answered first.
+//
+// Two goroutines serve a stream: the intake reads and checks requests and
+// queues them; the handler's own goroutine commits and answers the rounds.
+// A failed round, or a refusal the intake meets (this node stopped
+// leading), ends the stream at once (the handler returns), even while the
+// client sends nothing more: it may be waiting for that very answer.
 func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
-	ctx, cancel := context.WithCancel(stream.Context()) // ends the rounds when the handler returns
-	var (
-		mu      sync.Mutex
-		pending []renewal // guarded by mu
-		wake    = make(chan struct{}, 1)
-		closing = make(chan struct{}) // closed on half-close: answer what is pending, then stop
-		slots   = make(chan struct{}, maxRenewalsInFlight)
-		failed  = make(chan error, 1)
-		done    = make(chan struct{})
-	)
-	fail := func(err error) {
-		select {
-		case failed <- err:
-		default:
+	ctx, cancel := context.WithCancel(stream.Context()) // ends the intake and a round when the handler returns
+	defer cancel()
+	k := &keepAlive{v: v, stream: stream, ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1), slots: make(chan struct{}, maxRenewalsInFlight)}
+	go k.intake()
+	return k.rounds()
+}
+
+// keepAlive is one KeepAlive stream's state, shared by its intake and its
+// rounds.
+type keepAlive struct {
+	v      *service
+	stream api.Fence_KeepAliveServer
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{} // a token per renewal queued or in a round: at most maxRenewalsInFlight
+	wake   chan struct{} // the intake queued something, half-closed or failed
+
+	mu      sync.Mutex
+	pending []renewal // queued for the next round
+	closed  bool      // the client half-closed: pending holds all it sent
+	err     error     // the intake's failure, which ends the stream
+}
+
+// intake reads the requests, checks each and queues it. It ends when the
+// stream does (gRPC cancels the stream's context once the handler returns).
+func (k *keepAlive) intake() {
+	for {
+		req, err := k.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			k.end(nil)
+			return
 		}
-	}
-	go func() { // the rounds
-		defer close(done)
-		draining := false
-		for {
-			if !draining {
-				select {
-				case <-wake:
-				case <-closing:
-					draining = true
-				case <-ctx.Done():
-					return
-				}
-			}
-			mu.Lock()
-			round := pending
-			pending = nil
-			mu.Unlock()
-			if len(round) == 0 {
-				if draining {
-					return
-				}
-				continue
-			}
-			if err := v.answerRound(ctx, stream, round); err != nil {
-				fail(err)
+		if err != nil {
+			k.end(err)
+			return
+		}
+		r, err := k.v.renewalOf(k.ctx, req)
+		if err != nil {
+			k.end(err)
+			return
+		}
+		select { // the common case without the scheduler: a free slot
+		case k.slots <- struct{}{}:
+		default:
+			select {
+			case k.slots <- struct{}{}:
+			case <-k.ctx.Done():
 				return
+			}
+		}
+		k.mu.Lock()
+		k.pending = append(k.pending, r)
+		k.mu.Unlock()
+		k.poke()
+	}
+}
+
+// end records that the intake stopped: at a half-close (err nil), or with
+// err, which ends the stream and the round under way.
+func (k *keepAlive) end(err error) {
+	k.mu.Lock()
+	k.closed, k.err = true, err
+	k.mu.Unlock()
+	if err != nil {
+		k.cancel()
+	}
+	k.poke()
+}
+
+func (k *keepAlive) poke() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// failure returns the intake's failure, if it had one.
+func (k *keepAlive) failure() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// rounds commits and answers what the intake queued, a round at a time,
+// until the client half-closed and everything is answered, or the stream
+// fails.
+func (k *keepAlive) rounds() error {
+	for {
+		select {
+		case <-k.wake:
+		case <-k.ctx.Done():
+			if err := k.failure(); err != nil {
+				return err
+			}
+			return status.FromContextError(k.ctx.Err()).Err()
+		}
+		for {
+			k.mu.Lock()
+			round, closed, err := k.pending, k.closed, k.err
+			k.pending = nil
+			k.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			if len(round) == 0 {
+				if closed {
+					return nil
+				}
+				break
+			}
+			if err := k.v.answerRound(k.ctx, k.stream, round); err != nil {
+				if ierr := k.failure(); ierr != nil {
+					return ierr
+				}
+				return err
 			}
 			for range round {
-				<-slots
+				<-k.slots
 			}
-		}
-	}()
-	defer func() { cancel(); <-done }()
-	enqueue := func(r renewal) error {
-		select {
-		case slots <- struct{}{}:
-		case err := <-failed:
-			return err
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		mu.Lock()
-		pending = append(pending, r)
-		mu.Unlock()
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-		return nil
-	}
-	// Requests are read on their own goroutine, so that a failed round ends
-	// the stream at once (UNAVAILABLE) even while the client sends nothing
-	// more: it may be waiting for that very answer. It ends when the stream
-	// does (gRPC cancels the stream's context once the handler returns).
-	reqs, recvErr := make(chan *api.KeepAliveRequest), make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for {
-		var req *api.KeepAliveRequest
-		select {
-		case req = <-reqs:
-		case err := <-failed:
-			return err
-		case err := <-recvErr:
-			if !errors.Is(err, io.EOF) {
-				return err
-			}
-			close(closing)
-			select {
-			case <-done:
-			case <-ctx.Done():
-			}
-			select {
-			case err := <-failed:
-				return err
-			default:
-				return nil
-			}
-		}
-		id, err := leaseID(req.GetLeaseId())
-		if err != nil {
-			if err := enqueue(renewal{seq: req.GetSeq(), bad: err}); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := v.leading(); err != nil && !(planted.DeposedRenewal && v.s.node.HasLed()) { // planted: a deposed leader goes on (the node answers from memory)
-			return err
-		}
-		if err := v.s.stillPermitted(ctx, api.Fence_KeepAlive_FullMethodName, nil); err != nil {
-			if err := enqueue(renewal{seq: req.GetSeq(), bad: err}); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := v.ownLease(ctx, id); err != nil {
-			if err := enqueue(renewal{seq: req.GetSeq(), bad: err}); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := enqueue(renewal{lease: id, seq: req.GetSeq()}); err != nil {
-			return err
 		}
 	}
+}
+
+// renewalOf checks one request: a malformed or refused one becomes a
+// renewal answered with its error; an error ends the stream (this node does
+// not lead).
+func (v *service) renewalOf(ctx context.Context, req *api.KeepAliveRequest) (renewal, error) {
+	id, err := leaseID(req.GetLeaseId())
+	if err != nil {
+		return renewal{seq: req.GetSeq(), bad: err}, nil
+	}
+	if err := v.leading(); err != nil && !(planted.DeposedRenewal && v.s.node.HasLed()) { // planted: a deposed leader goes on (the node answers from memory)
+		return renewal{}, err
+	}
+	if err := v.s.stillPermitted(ctx, api.Fence_KeepAlive_FullMethodName, nil); err != nil {
+		return renewal{seq: req.GetSeq(), bad: err}, nil
+	}
+	if err := v.ownLease(ctx, id); err != nil {
+		return renewal{seq: req.GetSeq(), bad: err}, nil
+	}
+	return renewal{lease: id, seq: req.GetSeq()}, nil
 }
 
 // ownLease refuses, under a policy, a call on a lease that another identity
@@ -276,34 +291,24 @@ func (v *service) answerRound(ctx context.Context, stream api.Fence_KeepAliveSer
 	return nil
 }
 
-// renewAll proposes one Renew per distinct lease of a round, concurrently
-// (they share raft entries), and returns the results by lease.
+// renewAll proposes one Renew per distinct lease of a round (they share
+// raft entries) and returns the results by lease.
 func (v *service) renewAll(ctx context.Context, round []renewal) (map[fsm.LeaseID]fsm.Result, error) {
-	var ids []fsm.LeaseID
+	var cmds []fsm.Command
 	seen := map[fsm.LeaseID]bool{}
 	for _, r := range round {
 		if r.bad == nil && !seen[r.lease] {
 			seen[r.lease] = true
-			ids = append(ids, r.lease)
+			cmds = append(cmds, fsm.Command{Kind: fsm.KindRenew, Lease: r.lease})
 		}
 	}
-	results := make([]fsm.Result, len(ids))
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = v.s.node.Propose(ctx, fsm.Command{Kind: fsm.KindRenew, Lease: id})
-		}()
+	results, err := v.s.node.ProposeAll(ctx, cmds)
+	if err != nil {
+		return nil, proposeErr(err)
 	}
-	wg.Wait()
-	byLease := make(map[fsm.LeaseID]fsm.Result, len(ids))
-	for i, id := range ids {
-		if errs[i] != nil {
-			return nil, proposeErr(errs[i])
-		}
-		byLease[id] = results[i]
+	byLease := make(map[fsm.LeaseID]fsm.Result, len(cmds))
+	for i, c := range cmds {
+		byLease[c.Lease] = results[i]
 	}
 	return byLease, nil
 }
