@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the Go code of fence's two protocols with pinned tools: the API
-# (api/fence.proto → fence.pb.go, fence_grpc.pb.go) and the raft transport's
+# (api/fence/v1/fence.proto → api/fence.pb.go, api/fence_grpc.pb.go: Go package
+# github.com/fencehq/fence/api) and the raft transport's
 # messages (internal/transport/transportpb/transport.proto → transport.pb.go;
 # it has no service, so no _grpc.pb.go):
 #   protoc 3.21.12 (Debian bookworm package protobuf-compiler),
@@ -15,11 +16,13 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 GOBIN=$bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GOBIN=$bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
-gen() { # dir proto
+gen() { # dir proto go_opt
   (cd "$1" && PATH=$bin:$PATH protoc -I . -I /usr/include \
-    --go_out=. --go_opt=paths=source_relative \
-    --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+    --go_out=. --go_opt="$3" \
+    --go-grpc_out=. --go-grpc_opt="$3" \
     "$2")
 }
-gen . fence.proto
-gen ../internal/transport/transportpb transport.proto
+# The API's import path is fence/v1/fence.proto (package fence.v1), its Go
+# code stays in package api, next to this script.
+gen . fence/v1/fence.proto module=github.com/fencehq/fence/api
+gen ../internal/transport/transportpb transport.proto paths=source_relative

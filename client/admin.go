@@ -35,7 +35,7 @@ type LockInfo struct {
 func (i LockInfo) Held() bool { return i.HolderLease != 0 }
 
 func lockInfo(l *api.LockInfo) LockInfo {
-	return LockInfo{Name: l.GetName(), HolderLease: l.GetHolderLease(), HolderOwner: l.GetHolderOwner(), Token: l.GetToken(),
+	return LockInfo{Name: l.GetName(), HolderLease: l.GetHolderLeaseNumber(), HolderOwner: l.GetHolderOwner(), Token: l.GetToken(),
 		TTLLeft: l.GetTtlLeft().AsDuration(), Waiters: int(l.GetWaiters()), Delayed: l.GetDelayed(), LockDelay: l.GetLockDelay().AsDuration()}
 }
 
@@ -102,7 +102,7 @@ func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked
 	if err != nil {
 		return LockInfo{}, nil, err
 	}
-	return LockInfo{Name: name, HolderLease: resp.GetRevokedLease(), HolderOwner: resp.GetRevokedOwner(), Token: info.Token}, resp.GetReleased(), nil
+	return LockInfo{Name: name, HolderLease: resp.GetRevokedLeaseNumber(), HolderOwner: resp.GetRevokedOwner(), Token: info.Token}, resp.GetReleased(), nil
 }
 
 // Detached is a lock held under a lease of its own that nobody renews: it
@@ -133,7 +133,7 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
-	acq := acquireRequest(lease.LeaseId, 1, name, wait, &o) // the lease's only call
+	acq := acquireRequest(lease.LeaseSecret, 1, name, wait, &o) // the lease's only call
 	var resp *api.AcquireResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = c.leader().Acquire(ctx, acq)
@@ -146,7 +146,7 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 		// the lease and the server ends it after its TTL.
 		revokeCtx, cancel := context.WithTimeout(context.Background(), defaultSettleFor)
 		defer cancel()
-		rev := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: lease.LeaseId}
+		rev := &api.RevokeRequest{RequestId: newRequestID(), LeaseSecret: lease.LeaseSecret}
 		rerr := c.retry(revokeCtx, func(ctx context.Context) error {
 			_, err := c.leader().Revoke(ctx, rev)
 			return err
@@ -160,7 +160,7 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 		return nil, fmt.Errorf("fence: lock %q: %w", name, err)
 	}
 	return &Detached{Name: name, Token: resp.Token, SignedToken: resp.SignedToken, LeaseNumber: lease.LeaseNumber, TTL: lease.GetTtl().AsDuration(),
-		Secret: hex.EncodeToString(lease.LeaseId)}, nil
+		Secret: hex.EncodeToString(lease.LeaseSecret)}, nil
 }
 
 // UnlockDetached ends the detached lease with the given secret, releasing
@@ -173,7 +173,7 @@ func (c *Client) UnlockDetached(ctx context.Context, secret string) (released []
 	if err != nil || len(id) != 16 {
 		return nil, fmt.Errorf("%w: %q is not a lease secret (32 hex digits, as printed by fence lock)", ErrInvalid, secret)
 	}
-	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: id}
+	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseSecret: id}
 	var resp *api.RevokeResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = c.leader().Revoke(ctx, req)
@@ -231,6 +231,7 @@ func (c *Client) Get(ctx context.Context, key string) (value []byte, token uint6
 type Member struct {
 	ID       string
 	RaftAddr string
+	GRPCAddr string // where clients call it; empty until it has announced it
 	Leader   bool
 	Suffrage string // "Voter", or "Learner" while a new member catches up
 	// As the answering member (the leader, for Members) sees it: Match is
@@ -258,7 +259,11 @@ func (c *Client) Members(ctx context.Context) (members []Member, answeredBy stri
 		if ms := m.GetLastContactMs(); ms >= 0 {
 			contact = time.Duration(ms) * time.Millisecond
 		}
-		members = append(members, Member{ID: m.Id, RaftAddr: m.RaftAddr, Leader: m.Leader, Suffrage: m.Suffrage,
+		suffrage := "Voter"
+		if m.GetSuffrage() == api.Suffrage_SUFFRAGE_LEARNER {
+			suffrage = "Learner"
+		}
+		members = append(members, Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GetGrpcAddr(), Leader: m.GetRole() == api.Role_ROLE_LEADER, Suffrage: suffrage,
 			Match: m.GetMatchIndex(), Lag: m.GetLag(), Active: m.GetActive(), LastContact: contact})
 	}
 	return members, resp.AnsweredBy, nil

@@ -15,7 +15,7 @@ import (
 // forgets the answers of every other call and refuses those calls if they
 // arrive again, so a late duplicate is never acted on and the server's
 // memory stays bounded by what is in flight, even while one call waits long
-// in a queue (api/fence.proto; Raft thesis §6.3). A call whose outcome
+// in a queue (api/fence/v1/fence.proto; Raft thesis §6.3). A call whose outcome
 // cannot be settled stays unanswered: its session is given up then, and ends.
 type calls struct {
 	mu   sync.Mutex
@@ -69,7 +69,7 @@ func (s *session) acquire(ctx context.Context, req *api.AcquireRequest) (*api.Ac
 
 // releaseRequest builds a numbered Release of name (reused on its retries).
 func (s *session) releaseRequest(name string) *api.ReleaseRequest {
-	return &api.ReleaseRequest{RequestId: newRequestID(), LeaseId: s.id, Name: name, Seq: s.calls.begin()}
+	return &api.ReleaseRequest{RequestId: newRequestID(), LeaseSecret: s.id, Name: name, Seq: s.calls.begin()}
 }
 
 // release sends req, a numbered Release of s, with what it acknowledges now.

@@ -114,7 +114,7 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 type member struct {
 	addr  string
 	conn  *grpc.ClientConn
-	api   api.FenceClient
+	api   api.FenceServiceClient
 	reach *reach // why connecting to it last failed
 }
 
@@ -134,7 +134,7 @@ func (c *Client) connect(addr string) (*member, error) {
 		return nil, fmt.Errorf("fence: %s: %w", addr, err)
 	}
 	conn.Connect()
-	return &member{addr: addr, conn: conn, api: api.NewFenceClient(conn), reach: r}, nil
+	return &member{addr: addr, conn: conn, api: api.NewFenceServiceClient(conn), reach: r}, nil
 }
 
 func closeMembers(ms []*member) error {
@@ -148,7 +148,7 @@ func closeMembers(ms []*member) error {
 func (c *Client) members() []*member { return *c.ms.Load() }
 
 // leader returns the member calls go to now.
-func (c *Client) leader() api.FenceClient { return c.memberAt(c.cur.Load()).api }
+func (c *Client) leader() api.FenceServiceClient { return c.memberAt(c.cur.Load()).api }
 
 func (c *Client) memberAt(idx int32) *member {
 	ms := c.members()
@@ -214,7 +214,7 @@ func (c *Client) Close() error {
 func (c *Client) revoke(s *session) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseId: s.id}
+	req := &api.RevokeRequest{RequestId: newRequestID(), LeaseSecret: s.id}
 	err := c.retry(ctx, func(ctx context.Context) error {
 		_, err := c.leader().Revoke(ctx, req)
 		return err
@@ -452,7 +452,7 @@ func (c *Client) abandon(s *session, what string, err error) {
 // acquireRequest builds an Acquire numbered seq in its lease, with a fresh
 // request id (both reused on retries).
 func acquireRequest(lease []byte, seq uint64, name string, wait bool, o *options) *api.AcquireRequest {
-	req := &api.AcquireRequest{RequestId: newRequestID(), LeaseId: lease, Seq: seq, Ack: seq, Name: name, Wait: wait} // a session sets Ack before each send
+	req := &api.AcquireRequest{RequestId: newRequestID(), LeaseSecret: lease, Seq: seq, Ack: seq, Name: name, Wait: wait} // a session sets Ack before each send
 	if o.lockDelay != nil {
 		req.LockDelay = durationpb.New(*o.lockDelay)
 	}
@@ -469,7 +469,7 @@ func lockedError(name string, st *status.Status) error {
 	e := &LockedError{Name: name}
 	for _, d := range st.Details() {
 		if h, ok := d.(*api.LockHeld); ok {
-			e.HolderLease, e.HolderOwner, e.Token, e.Delayed = h.HolderLease, h.HolderOwner, h.Token, h.Delayed
+			e.HolderLease, e.HolderOwner, e.Token, e.Delayed = h.HolderLeaseNumber, h.HolderOwner, h.Token, h.Delayed
 		}
 	}
 	return e

@@ -224,7 +224,7 @@ func TestDroppedReplyYieldsOneGrant(t *testing.T) {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		mu.Lock()
 		defer mu.Unlock()
-		if method == api.Fence_Acquire_FullMethodName && err == nil && dropped == nil {
+		if method == api.FenceService_Acquire_FullMethodName && err == nil && dropped == nil {
 			dropped = reply.(*api.AcquireResponse)
 			return status.Error(codes.Unavailable, "injected: reply lost")
 		}

@@ -83,7 +83,7 @@ func TestServerCancelledCallRetried(t *testing.T) {
 	ts := startServer(t)
 	var cancelled atomic.Int32
 	once := grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == api.Fence_Acquire_FullMethodName && cancelled.Add(1) == 1 {
+		if method == api.FenceService_Acquire_FullMethodName && cancelled.Add(1) == 1 {
 			return status.Error(codes.Canceled, "injected: the server cancelled the call")
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)

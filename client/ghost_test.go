@@ -24,7 +24,7 @@ func loseFirstAcquireReply(failGetLock bool) grpc.DialOption {
 	var once sync.Once
 	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		switch method {
-		case api.Fence_Acquire_FullMethodName:
+		case api.FenceService_Acquire_FullMethodName:
 			lose := false
 			once.Do(func() { lose = true })
 			if lose {
@@ -34,7 +34,7 @@ func loseFirstAcquireReply(failGetLock bool) grpc.DialOption {
 				<-ctx.Done()
 				return status.FromContextError(ctx.Err()).Err()
 			}
-		case api.Fence_GetLock_FullMethodName:
+		case api.FenceService_GetLock_FullMethodName:
 			if failGetLock {
 				return status.Error(codes.Unavailable, "injected: failover")
 			}
@@ -73,7 +73,7 @@ func TestLockLostReplyDuringFailoverLeavesNoGhost(t *testing.T) {
 // failRelease fails Release calls with UNAVAILABLE while fail says so.
 func failRelease(fail func() bool) grpc.DialOption {
 	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == api.Fence_Release_FullMethodName && fail() {
+		if method == api.FenceService_Release_FullMethodName && fail() {
 			return status.Error(codes.Unavailable, "injected: release lost")
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -179,7 +179,7 @@ func TestLockDetachedLostReplyLeavesNoGhost(t *testing.T) {
 	ts := startServer(t)
 	var revokes atomic.Int32
 	failFirstRevoke := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == api.Fence_Revoke_FullMethodName && revokes.Add(1) == 1 {
+		if method == api.FenceService_Revoke_FullMethodName && revokes.Add(1) == 1 {
 			return status.Error(codes.Unavailable, "injected: failover")
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -202,7 +202,7 @@ func TestLockDetachedLostReplyLeavesNoGhost(t *testing.T) {
 func TestGiveBackRefusedEndsSession(t *testing.T) {
 	ts := startServer(t)
 	refuseRelease := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == api.Fence_Release_FullMethodName {
+		if method == api.FenceService_Release_FullMethodName {
 			return status.Error(codes.ResourceExhausted, "injected: release refused")
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)

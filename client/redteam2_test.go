@@ -52,7 +52,7 @@ func TestRedteam2HalfTheLimitWaitingWedgesRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	raw := api.NewFenceClient(conn)
+	raw := api.NewFenceServiceClient(conn)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := 0; i < waits; i++ {
@@ -155,14 +155,14 @@ func TestRedteam2ConcurrentSessionWithDuplicatesLeavesNoGhost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	resp, err := api.NewFenceClient(conn).ListLocks(ctxT(t, 5*time.Second), &api.ListLocksRequest{})
+	resp, err := api.NewFenceServiceClient(conn).ListLocks(ctxT(t, 5*time.Second), &api.ListLocksRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range resp.GetLocks() {
-		if k.GetHolderLease() != 0 || k.GetWaiters() != 0 {
+		if k.GetHolderLeaseNumber() != 0 || k.GetWaiters() != 0 {
 			t.Errorf("after every caller released: lock %q held by lease #%d (token %d), %d waiting — no caller holds or waits for it",
-				k.GetName(), k.GetHolderLease(), k.GetToken(), k.GetWaiters())
+				k.GetName(), k.GetHolderLeaseNumber(), k.GetToken(), k.GetWaiters())
 		}
 	}
 	t.Logf("%d releases failed", fails.Load())

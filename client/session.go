@@ -68,7 +68,7 @@ func (c *Client) newSession(ctx context.Context, key sessionKey) (*session, erro
 	if err != nil {
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
-	s := &session{c: c, clk: clk, ttl: ttl, margin: key.margin, id: resp.LeaseId, number: resp.LeaseNumber,
+	s := &session{c: c, clk: clk, ttl: ttl, margin: key.margin, id: resp.LeaseSecret, number: resp.LeaseNumber,
 		deadline: sent.Add(ttl - key.margin), ended: make(chan struct{}), names: map[string]*localClaim{}, grants: map[*Lease]time.Time{}}
 	s.timer = clk.AfterFunc(clock.Until(clk, s.deadline), s.check)
 	loop, stop := context.WithCancel(context.Background())
@@ -217,7 +217,7 @@ func (s *session) renew(ctx context.Context) {
 		seq++
 		patience.Reset(interval)
 		sent := s.clk.Now()
-		if err := rs.st.Send(&api.KeepAliveRequest{LeaseId: s.id, Seq: seq}); err != nil {
+		if err := rs.st.Send(&api.KeepAliveRequest{LeaseSecret: s.id, Seq: seq}); err != nil {
 			fail(err)
 			continue
 		}
@@ -253,7 +253,7 @@ func (s *session) renew(ctx context.Context) {
 // renewStream is one KeepAlive stream and the goroutine reading its answers.
 type renewStream struct {
 	member int32 // index of the member it goes to
-	st     api.Fence_KeepAliveClient
+	st     api.FenceService_KeepAliveClient
 	resps  chan *api.KeepAliveResponse
 	errs   chan error
 	cancel context.CancelFunc

@@ -122,7 +122,7 @@ func (f Fence) renewerAt(ctx context.Context, addr string) (Renewer, error) {
 	if err != nil {
 		return nil, err
 	}
-	fc := api.NewFenceClient(conn)
+	fc := api.NewFenceServiceClient(conn)
 	lease, err := fc.CreateLease(ctx, &api.CreateLeaseRequest{RequestId: newRequestID(), Ttl: durationpb.New(f.TTL), Owner: "fence-bench"})
 	if err != nil {
 		conn.Close()
@@ -135,19 +135,19 @@ func (f Fence) renewerAt(ctx context.Context, addr string) (Renewer, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &fenceRenewer{fc: fc, conn: conn, cancel: cancel, stream: stream, lease: lease.LeaseId}, nil
+	return &fenceRenewer{fc: fc, conn: conn, cancel: cancel, stream: stream, lease: lease.LeaseSecret}, nil
 }
 
 type fenceRenewer struct {
-	fc     api.FenceClient
+	fc     api.FenceServiceClient
 	conn   *grpc.ClientConn
 	cancel context.CancelFunc
-	stream api.Fence_KeepAliveClient
+	stream api.FenceService_KeepAliveClient
 	lease  []byte
 }
 
 func (r *fenceRenewer) Send(seq uint64) error {
-	return r.stream.Send(&api.KeepAliveRequest{LeaseId: r.lease, Seq: seq})
+	return r.stream.Send(&api.KeepAliveRequest{LeaseSecret: r.lease, Seq: seq})
 }
 
 func (r *fenceRenewer) Recv() (uint64, bool, error) {
@@ -165,7 +165,7 @@ func (r *fenceRenewer) Close() error {
 	r.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := r.fc.Revoke(ctx, &api.RevokeRequest{RequestId: newRequestID(), LeaseId: r.lease})
+	_, err := r.fc.Revoke(ctx, &api.RevokeRequest{RequestId: newRequestID(), LeaseSecret: r.lease})
 	return errors.Join(err, r.conn.Close())
 }
 
@@ -178,7 +178,7 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 			c.Close()
 		}
 	}
-	var clients []api.FenceClient
+	var clients []api.FenceServiceClient
 	for _, addr := range f.Servers {
 		conn, err := f.dial(addr)
 		if err != nil {
@@ -186,7 +186,7 @@ func (f Fence) LeaseCreator(_ context.Context, w int, ttl time.Duration) (func(c
 			return nil, nil, err
 		}
 		conns = append(conns, conn)
-		clients = append(clients, api.NewFenceClient(conn))
+		clients = append(clients, api.NewFenceServiceClient(conn))
 	}
 	at := w % len(clients)
 	create := func(ctx context.Context) error {

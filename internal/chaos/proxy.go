@@ -34,7 +34,7 @@ import (
 
 // Methods of the Fence service the proxy knows by name.
 const (
-	methodPrefix      = "/fence.v1.Fence/"
+	methodPrefix      = "/fence.v1.FenceService/"
 	methodCreateLease = methodPrefix + "CreateLease"
 	methodAcquire     = methodPrefix + "Acquire"
 	methodRelease     = methodPrefix + "Release"

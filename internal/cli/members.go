@@ -26,7 +26,8 @@ func newMembers(g *globals) *cobra.Command {
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the members, the leader, and each member's health as the leader sees it",
-		Long: `List the members as the leader sees them: ID, raft address, role,
+		Long: `List the members as the leader sees them: ID, client (gRPC) address,
+raft address, role,
 suffrage (Voter, or Learner while a new member catches up), health (ok: the
 leader heard from it within an election timeout; unreachable otherwise),
 how long ago the leader last heard from it, the highest log index known in
@@ -43,9 +44,9 @@ its log (match) and how many entries it is behind the commit index (lag).
 					return printMembersJSON(cmd.OutOrStdout(), members, by)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tROLE\tSUFFRAGE\tHEALTH\tLAST CONTACT\tMATCH\tLAG")
+				fmt.Fprintln(tw, "ID\tCLIENT ADDRESS\tRAFT ADDRESS\tROLE\tSUFFRAGE\tHEALTH\tLAST CONTACT\tMATCH\tLAG")
 				for _, m := range members {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.ID, m.RaftAddr, memberRole(m), m.Suffrage, memberHealth(m), memberContact(m), m.Match, m.Lag)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.ID, orDash(m.GRPCAddr), m.RaftAddr, memberRole(m), m.Suffrage, memberHealth(m), memberContact(m), m.Match, m.Lag)
 				}
 				tw.Flush()
 				fmt.Fprintf(cmd.ErrOrStderr(), "(as seen by %s)\n", by)
@@ -124,6 +125,7 @@ func memberContact(m client.Member) string {
 // memberJSON is one member in 'fence members ls --json'.
 type memberJSON struct {
 	ID              string  `json:"id"`
+	GRPCAddr        string  `json:"grpc_addr"` // "" until the member has announced it
 	RaftAddr        string  `json:"raft_addr"`
 	Role            string  `json:"role"`
 	Suffrage        string  `json:"suffrage"`
@@ -141,10 +143,18 @@ func printMembersJSON(w io.Writer, members []client.Member, by string) error {
 		if m.LastContact >= 0 {
 			secs = m.LastContact.Seconds()
 		}
-		out = append(out, memberJSON{ID: m.ID, RaftAddr: m.RaftAddr, Role: memberRole(m), Suffrage: m.Suffrage, Healthy: m.Active,
+		out = append(out, memberJSON{ID: m.ID, GRPCAddr: m.GRPCAddr, RaftAddr: m.RaftAddr, Role: memberRole(m), Suffrage: m.Suffrage, Healthy: m.Active,
 			LastContactSecs: secs, Match: m.Match, Lag: m.Lag, SeenBy: by})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// orDash shows an empty value as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -47,8 +47,10 @@
 //   - the lessor (lessor.run) ticks while this node leads: Tick, Expire and
 //     GrantNext commands through the proposer.
 //   - promoteLearners makes caught-up learners voters while this node leads.
-//   - announce (one at a time, on takeover) records the leader's client
-//     address.
+//   - recordAddrs, while this node leads, records the members' client
+//     addresses (its own, and those its peers gave in their raft stream
+//     handshakes: addrBook) in the replicated state: on takeover, when one
+//     changes, and every addrRetry while one is not recorded yet.
 //   - the transport's goroutines call Node's deliver and report callbacks;
 //     gRPC handlers call Node's methods.
 //

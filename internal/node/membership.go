@@ -26,8 +26,9 @@ type MemberStatus struct {
 	Member
 	// Leader marks the member this node believes leads.
 	Leader bool
-	// Suffrage is "Voter", or "Learner" while a new member catches up.
-	Suffrage string
+	// Learner: the member copies the log without a vote, while it catches
+	// up (else it is a voter).
+	Learner bool
 	// What the leader knows of the member's log (zero when this node does
 	// not lead, and for the leader itself): Match is the highest index
 	// known to be in it, Lag the entries it is behind the leader's commit.
@@ -46,9 +47,9 @@ func (n *Node) Members(ctx context.Context) ([]MemberStatus, error) {
 	err := n.group.control(ctx, func(c *core) {
 		st := c.rn.Status()
 		for _, m := range c.members.sorted() {
-			s := MemberStatus{Member: m, Leader: m.ID == st.Lead, Suffrage: "Voter", LastContact: -1}
+			s := MemberStatus{Member: m, Leader: m.ID == st.Lead, LastContact: -1}
 			if hasID(st.Config.Learners, m.ID) {
-				s.Suffrage = "Learner"
+				s.Learner = true
 			}
 			if pr, ok := st.Progress[m.ID]; ok && m.ID != c.cfg.id {
 				s.Match, s.Active = pr.Match, pr.RecentActive

@@ -44,8 +44,9 @@ type Config struct {
 	// every port before it touches the data dir; tests pick free ports).
 	// New takes it over: it is closed with the node, or when New fails.
 	RaftListener net.Listener
-	// ClientAddr is this node's gRPC address, recorded in the replicated
-	// state when it leads so that followers can redirect clients.
+	// ClientAddr is this node's gRPC address. It goes to its peers in its
+	// raft stream handshakes, and the leader records it in the replicated
+	// state, so that followers can redirect clients and Members names it.
 	ClientAddr string
 	// Bootstrap lists the voters of a new group (this node included), the
 	// same on every node; empty (and no Join) means a single node.
@@ -114,6 +115,7 @@ type Node struct {
 	proposer *proposer
 	lessor   *lessor
 	waiters  waiters
+	addrs    *addrBook   // members' client addresses, for the leader to record
 	audit    *audit.Log  // nil unless Config.AuditFile is set
 	led      atomic.Bool // this node has led (read only by a planted bug)
 
@@ -138,7 +140,7 @@ func HasLog(dataDir string) bool { return raftstore.Exists(filepath.Join(dataDir
 // transport, and returns; the node leads or follows when raft says so (see
 // Ready and WaitReady).
 func New(cfg Config) (*Node, error) {
-	n := &Node{cfg: cfg, log: cfg.Logger, id: RaftID(cfg.Name)}
+	n := &Node{cfg: cfg, log: cfg.Logger, id: RaftID(cfg.Name), addrs: newAddrBook()}
 	if err := n.open(); err != nil {
 		n.Close()
 		return nil, err
@@ -209,7 +211,7 @@ func (n *Node) open() error {
 
 	n.trans, err = transport.New(transport.Config{ClusterID: n.clusterID, LocalID: n.id, Listener: lis, Log: n.log,
 		ServerTLS: cfg.RaftServerTLS, ClientTLS: cfg.RaftClientTLS, AuthorizePeer: g.authorizePeer,
-		Deliver: g.deliver,
+		Deliver: g.deliver, ClientAddr: cfg.ClientAddr, PeerClientAddr: n.addrs.heard,
 		Unreachable: func(id uint64) {
 			g.tryControl(func(c *core) { c.rn.ReportUnreachable(id) })
 		},
@@ -245,9 +247,10 @@ func (n *Node) open() error {
 	n.lessor = newLessor(cfg.Clock, cfg.TickInterval, n.proposer.proposeAll, n.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	n.ctx, n.cancel = ctx, cancel
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.lessor.run(ctx) }()
 	go func() { defer n.wg.Done(); n.promoteLearners(ctx) }()
+	go func() { defer n.wg.Done(); n.recordAddrs(ctx) }()
 	g.start(trans)
 	_ = g.control(ctx, func(c *core) { // a single voter waits for no one: elect it now
 		// (unless it has configuration to apply first: it campaigns after, core.applyConfChange)
@@ -369,7 +372,7 @@ func (n *Node) leadership(leading bool) {
 	n.replica.read(n.lessor.activate)
 	n.led.Store(true)
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.moved(); n.announce() }()
+	go func() { defer n.wg.Done(); n.moved(); n.addrs.poke() }()
 }
 
 // moved records, in the membership, the new raft address of a member
@@ -402,22 +405,6 @@ func (n *Node) moved() {
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
-	}
-}
-
-// announce records this leader's client address in the replicated state, so
-// followers can send clients here.
-func (n *Node) announce() {
-	addr := n.cfg.ClientAddr
-	var known string
-	n.replica.read(func(st *fsm.State) { known, _ = st.NodeAddr(n.cfg.Name) })
-	if known == addr || addr == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := n.proposer.propose(ctx, fsm.Command{Kind: fsm.KindSetNode, Name: n.cfg.Name, Addr: addr}); err != nil {
-		n.log.Warn("could not record this leader's address; followers cannot redirect clients until it is", "err", err)
 	}
 }
 

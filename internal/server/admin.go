@@ -18,11 +18,11 @@ const AdminHeader = "authorization"
 
 // adminCalls are the operator calls, by gRPC method, with the words errors use.
 var adminCalls = map[string]string{
-	api.Fence_ForceRelease_FullMethodName:   "force-release",
-	api.Fence_AddMember_FullMethodName:      "add member",
-	api.Fence_RemoveMember_FullMethodName:   "remove member",
-	api.Fence_TransferLeader_FullMethodName: "transfer leadership",
-	api.Fence_Backup_FullMethodName:         "backup",
+	api.FenceService_ForceRelease_FullMethodName:   "force-release",
+	api.FenceService_AddMember_FullMethodName:      "add member",
+	api.FenceService_RemoveMember_FullMethodName:   "remove member",
+	api.FenceService_TransferLeader_FullMethodName: "transfer leadership",
+	api.FenceService_Backup_FullMethodName:         "backup",
 }
 
 // adminInterceptor refuses an admin call that authorizeAdmin does not

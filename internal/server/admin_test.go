@@ -78,12 +78,12 @@ func TestAdminWithoutTokenOnlyFromLoopback(t *testing.T) {
 func TestBackupNeedsTheToken(t *testing.T) {
 	n := startNode(t, func(c *Config) { c.AdminToken = "s3cret" })
 	n.lease(time.Hour, "holder")
-	recv := func(ctx context.Context) ([]*api.BackupChunk, error) {
+	recv := func(ctx context.Context) ([]*api.BackupResponse, error) {
 		stream, err := n.cli.Backup(ctx, &api.BackupRequest{})
 		if err != nil {
 			return nil, err
 		}
-		var got []*api.BackupChunk
+		var got []*api.BackupResponse
 		for {
 			c, err := stream.Recv()
 			if err != nil {

@@ -91,13 +91,13 @@ func TestAttackSuite(t *testing.T) {
 		}
 		return cfg
 	}
-	conn := func(creds credentials.TransportCredentials) api.FenceClient {
+	conn := func(creds credentials.TransportCredentials) api.FenceServiceClient {
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cc.Close() })
-		return api.NewFenceClient(cc)
+		return api.NewFenceServiceClient(cc)
 	}
 
 	// The victim: tenant-a holds a/victim.
@@ -106,7 +106,7 @@ func TestAttackSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grant, err := victim.Acquire(ctx, &api.AcquireRequest{RequestId: rid(2), LeaseId: lease.LeaseId, Name: "a/victim", Seq: 1, Ack: 1})
+	grant, err := victim.Acquire(ctx, &api.AcquireRequest{RequestId: rid(2), LeaseSecret: lease.LeaseSecret, Name: "a/victim", Seq: 1, Ack: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestAttackSuite(t *testing.T) {
 	go func() {
 		defer close(renewing)
 		for seq := uint64(1); ; seq++ {
-			if ka.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: seq}) != nil {
+			if ka.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: seq}) != nil {
 				return
 			}
 			if _, err := ka.Recv(); err != nil {
@@ -161,7 +161,7 @@ func TestAttackSuite(t *testing.T) {
 			successes = append(successes, fmt.Sprintf("%s: %v (want %v)", kind, err, want))
 		}
 	}
-	call := func(fc api.FenceClient, n int) func(i int) error {
+	call := func(fc api.FenceServiceClient, n int) func(i int) error {
 		return func(i int) error {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
@@ -170,7 +170,7 @@ func TestAttackSuite(t *testing.T) {
 				_, err := fc.GetLock(cctx, &api.GetLockRequest{Name: "a/victim"})
 				return err
 			case 1:
-				_, err := fc.Release(cctx, &api.ReleaseRequest{RequestId: randID(), LeaseId: lease.LeaseId, Name: "a/victim", Seq: uint64(n + i), Ack: 1})
+				_, err := fc.Release(cctx, &api.ReleaseRequest{RequestId: randID(), LeaseSecret: lease.LeaseSecret, Name: "a/victim", Seq: uint64(n + i), Ack: 1})
 				return err
 			case 2:
 				_, err := fc.ForceRelease(cctx, &api.ForceReleaseRequest{RequestId: randID(), Name: "a/victim", Token: grant.Token, Reason: "attack"})
@@ -179,10 +179,10 @@ func TestAttackSuite(t *testing.T) {
 				_, err := fc.Put(cctx, &api.PutRequest{RequestId: randID(), Key: "a/victim", Value: []byte("x"), Token: 1 << 60})
 				return err
 			case 4:
-				_, err := fc.Revoke(cctx, &api.RevokeRequest{RequestId: randID(), LeaseId: lease.LeaseId})
+				_, err := fc.Revoke(cctx, &api.RevokeRequest{RequestId: randID(), LeaseSecret: lease.LeaseSecret})
 				return err
 			default:
-				_, err := fc.Acquire(cctx, &api.AcquireRequest{RequestId: randID(), LeaseId: lease.LeaseId, Name: "a/victim", Seq: uint64(n + i), Ack: 1})
+				_, err := fc.Acquire(cctx, &api.AcquireRequest{RequestId: randID(), LeaseSecret: lease.LeaseSecret, Name: "a/victim", Seq: uint64(n + i), Ack: 1})
 				return err
 			}
 		}
@@ -219,10 +219,10 @@ func TestAttackSuite(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if i%2 == 0 {
-			_, err := tenantB.Acquire(cctx, &api.AcquireRequest{RequestId: randID(), LeaseId: lease.LeaseId, Name: fmt.Sprintf("b/%d", i), Seq: uint64(5000 + i), Ack: 1})
+			_, err := tenantB.Acquire(cctx, &api.AcquireRequest{RequestId: randID(), LeaseSecret: lease.LeaseSecret, Name: fmt.Sprintf("b/%d", i), Seq: uint64(5000 + i), Ack: 1})
 			return err
 		}
-		_, err := tenantB.Revoke(cctx, &api.RevokeRequest{RequestId: randID(), LeaseId: lease.LeaseId})
+		_, err := tenantB.Revoke(cctx, &api.RevokeRequest{RequestId: randID(), LeaseSecret: lease.LeaseSecret})
 		return err
 	}, codes.PermissionDenied)
 	run("garbage bearer tokens", 1000, func(i int) error {
@@ -245,7 +245,7 @@ func TestAttackSuite(t *testing.T) {
 			defer cc.Close()
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
-			_, err = api.NewFenceClient(cc).GetLock(cctx, &api.GetLockRequest{Name: "a/victim"})
+			_, err = api.NewFenceServiceClient(cc).GetLock(cctx, &api.GetLockRequest{Name: "a/victim"})
 			return err
 		}
 	}
@@ -286,7 +286,7 @@ func TestAttackSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := tenantB.Acquire(ctx, &api.AcquireRequest{RequestId: rid(4), LeaseId: bLease.LeaseId, Name: "b/own", Seq: 1, Ack: 1})
+	own, err := tenantB.Acquire(ctx, &api.AcquireRequest{RequestId: rid(4), LeaseSecret: bLease.LeaseSecret, Name: "b/own", Seq: 1, Ack: 1})
 	if err != nil || own.SignedToken == "" {
 		t.Fatalf("tenant-b's own grant: %v (signed %q)", err, own.GetSignedToken())
 	}
@@ -342,7 +342,7 @@ func TestAttackSuite(t *testing.T) {
 
 	// The victim's grant is untouched.
 	st, err := victim.GetLock(ctx, &api.GetLockRequest{Name: "a/victim"})
-	if err != nil || st.GetLock().GetHolderLease() != lease.LeaseNumber || st.GetLock().GetToken() != grant.Token {
+	if err != nil || st.GetLock().GetHolderLeaseNumber() != lease.LeaseNumber || st.GetLock().GetToken() != grant.Token {
 		t.Fatalf("the victim's lock after the attacks: %+v, %v", st, err)
 	}
 	if _, err := victim.Get(ctx, &api.GetRequest{Key: "a/victim"}); status.Code(err) != codes.NotFound {

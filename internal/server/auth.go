@@ -37,21 +37,21 @@ func cluster(any) string { return "" }
 // needs lists every method of the Fence service; a method missing here is
 // refused under a policy (TestEveryMethodHasANeed keeps it complete).
 var needs = map[string]need{
-	api.Fence_CreateLease_FullMethodName:    {policy.Acquire, nil},
-	api.Fence_KeepAlive_FullMethodName:      {policy.Acquire, nil},
-	api.Fence_Revoke_FullMethodName:         {policy.Acquire, nil},
-	api.Fence_Acquire_FullMethodName:        {policy.Acquire, named[*api.AcquireRequest]},
-	api.Fence_Release_FullMethodName:        {policy.Acquire, named[*api.ReleaseRequest]},
-	api.Fence_Put_FullMethodName:            {policy.Acquire, keyed[*api.PutRequest]},
-	api.Fence_GetLock_FullMethodName:        {policy.Read, named[*api.GetLockRequest]},
-	api.Fence_ListLocks_FullMethodName:      {policy.Read, nil}, // the answer holds only the caller's names
-	api.Fence_Get_FullMethodName:            {policy.Read, keyed[*api.GetRequest]},
-	api.Fence_Members_FullMethodName:        {policy.Read, nil},
-	api.Fence_ForceRelease_FullMethodName:   {policy.Admin, named[*api.ForceReleaseRequest]},
-	api.Fence_AddMember_FullMethodName:      {policy.Admin, cluster},
-	api.Fence_RemoveMember_FullMethodName:   {policy.Admin, cluster},
-	api.Fence_TransferLeader_FullMethodName: {policy.Admin, cluster},
-	api.Fence_Backup_FullMethodName:         {policy.Admin, cluster},
+	api.FenceService_CreateLease_FullMethodName:    {policy.Acquire, nil},
+	api.FenceService_KeepAlive_FullMethodName:      {policy.Acquire, nil},
+	api.FenceService_Revoke_FullMethodName:         {policy.Acquire, nil},
+	api.FenceService_Acquire_FullMethodName:        {policy.Acquire, named[*api.AcquireRequest]},
+	api.FenceService_Release_FullMethodName:        {policy.Acquire, named[*api.ReleaseRequest]},
+	api.FenceService_Put_FullMethodName:            {policy.Acquire, keyed[*api.PutRequest]},
+	api.FenceService_GetLock_FullMethodName:        {policy.Read, named[*api.GetLockRequest]},
+	api.FenceService_ListLocks_FullMethodName:      {policy.Read, nil}, // the answer holds only the caller's names
+	api.FenceService_Get_FullMethodName:            {policy.Read, keyed[*api.GetRequest]},
+	api.FenceService_Members_FullMethodName:        {policy.Read, nil},
+	api.FenceService_ForceRelease_FullMethodName:   {policy.Admin, named[*api.ForceReleaseRequest]},
+	api.FenceService_AddMember_FullMethodName:      {policy.Admin, cluster},
+	api.FenceService_RemoveMember_FullMethodName:   {policy.Admin, cluster},
+	api.FenceService_TransferLeader_FullMethodName: {policy.Admin, cluster},
+	api.FenceService_Backup_FullMethodName:         {policy.Admin, cluster},
 }
 
 // caller is who makes a call, as authorize found it (policy in force only;

@@ -243,7 +243,7 @@ func TestBadPolicyFileRefusesToStart(t *testing.T) {
 
 // rawAs is a raw gRPC connection to pc: with identity's certificate, or
 // (identity "") with no certificate at all.
-func (pc *policyCluster) rawAs(identity string) api.FenceClient {
+func (pc *policyCluster) rawAs(identity string) api.FenceServiceClient {
 	pc.t.Helper()
 	var cfg *tls.Config
 	var err error
@@ -263,7 +263,7 @@ func (pc *policyCluster) rawAs(identity string) api.FenceClient {
 		pc.t.Fatal(err)
 	}
 	pc.t.Cleanup(func() { conn.Close() })
-	return api.NewFenceClient(conn)
+	return api.NewFenceServiceClient(conn)
 }
 
 // A lease is used only by the identity that created it: another identity
@@ -279,20 +279,20 @@ func TestLeaseBelongsToItsCreator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := alice.Acquire(ctx, &api.AcquireRequest{RequestId: rid(2), LeaseId: lease.LeaseId, Name: "a/shared", Seq: 1, Ack: 1}); err != nil {
+	if _, err := alice.Acquire(ctx, &api.AcquireRequest{RequestId: rid(2), LeaseSecret: lease.LeaseSecret, Name: "a/shared", Seq: 1, Ack: 1}); err != nil {
 		t.Fatalf("alice acquiring with her lease: %v", err)
 	}
 	for name, call := range map[string]func() error{
 		"acquire": func() error {
-			_, err := bob.Acquire(ctx, &api.AcquireRequest{RequestId: rid(3), LeaseId: lease.LeaseId, Name: "a/other", Seq: 2, Ack: 1})
+			_, err := bob.Acquire(ctx, &api.AcquireRequest{RequestId: rid(3), LeaseSecret: lease.LeaseSecret, Name: "a/other", Seq: 2, Ack: 1})
 			return err
 		},
 		"release": func() error {
-			_, err := bob.Release(ctx, &api.ReleaseRequest{RequestId: rid(4), LeaseId: lease.LeaseId, Name: "a/shared", Seq: 2, Ack: 1})
+			_, err := bob.Release(ctx, &api.ReleaseRequest{RequestId: rid(4), LeaseSecret: lease.LeaseSecret, Name: "a/shared", Seq: 2, Ack: 1})
 			return err
 		},
 		"revoke": func() error {
-			_, err := bob.Revoke(ctx, &api.RevokeRequest{RequestId: rid(5), LeaseId: lease.LeaseId})
+			_, err := bob.Revoke(ctx, &api.RevokeRequest{RequestId: rid(5), LeaseSecret: lease.LeaseSecret})
 			return err
 		},
 		"create with alice's request id": func() error {
@@ -304,7 +304,7 @@ func TestLeaseBelongsToItsCreator(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if err := ka.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}); err != nil {
+			if err := ka.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: 1}); err != nil {
 				return err
 			}
 			resp, err := ka.Recv()
@@ -323,7 +323,7 @@ func TestLeaseBelongsToItsCreator(t *testing.T) {
 		}
 	}
 	st, err := alice.GetLock(ctx, &api.GetLockRequest{Name: "a/shared"})
-	if err != nil || st.GetLock().GetHolderLease() != lease.LeaseNumber {
+	if err != nil || st.GetLock().GetHolderLeaseNumber() != lease.LeaseNumber {
 		t.Fatalf("alice's lock after bob's attempts: %+v %v", st, err)
 	}
 }

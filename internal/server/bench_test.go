@@ -26,7 +26,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				leases[i] = r.LeaseId
+				leases[i] = r.LeaseSecret
 			}
 			var wg sync.WaitGroup
 			per := (b.N + clients - 1) / clients
@@ -39,12 +39,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					name := fmt.Sprintf("bench/%d", i)
 					for j := 0; j < per; j++ {
 						seq := nextSeq() // this lease's calls go one at a time: each acknowledges the earlier ones
-						if _, err := n.cli.Acquire(context.Background(), &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[i], Name: name}); err != nil {
+						if _, err := n.cli.Acquire(context.Background(), &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseSecret: leases[i], Name: name}); err != nil {
 							b.Error(err)
 							return
 						}
 						seq = nextSeq()
-						if _, err := n.cli.Release(context.Background(), &api.ReleaseRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[i], Name: name}); err != nil {
+						if _, err := n.cli.Release(context.Background(), &api.ReleaseRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseSecret: leases[i], Name: name}); err != nil {
 							b.Error(err)
 							return
 						}

@@ -1,7 +1,7 @@
 package server
 
 // The tests of this file hold the server to the API contract of
-// api/fence.proto; each failed on the code before call numbers (c29fee4).
+// api/fence/v1/fence.proto; each failed on the code before call numbers (c29fee4).
 
 import (
 	"errors"
@@ -28,7 +28,7 @@ func TestKeepAliveHalfCloseAnswersEverything(t *testing.T) {
 	}
 	const sent = 20
 	for i := 1; i <= sent; i++ {
-		if err := st.Send(&api.KeepAliveRequest{LeaseId: lease, Seq: uint64(i)}); err != nil {
+		if err := st.Send(&api.KeepAliveRequest{LeaseSecret: lease, Seq: uint64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestKeepAliveBadLeaseIsAnsweredAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, id := range [][]byte{lease, []byte("short"), lease} {
-		if err := st.Send(&api.KeepAliveRequest{LeaseId: id, Seq: uint64(i + 1)}); err != nil {
+		if err := st.Send(&api.KeepAliveRequest{LeaseSecret: id, Seq: uint64(i + 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,20 +96,20 @@ func TestMutatingCallsNeedARequestID(t *testing.T) {
 			return err
 		},
 		"acquire": func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: a, Seq: nextSeq(), Ack: 1, Name: "x"})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseSecret: a, Seq: nextSeq(), Ack: 1, Name: "x"})
 			return err
 		},
 		"release": func() error {
-			_, err := n.cli.Release(ctx(t), &api.ReleaseRequest{LeaseId: a, Seq: nextSeq(), Ack: 1, Name: "x"})
+			_, err := n.cli.Release(ctx(t), &api.ReleaseRequest{LeaseSecret: a, Seq: nextSeq(), Ack: 1, Name: "x"})
 			return err
 		},
-		"revoke": func() error { _, err := n.cli.Revoke(ctx(t), &api.RevokeRequest{LeaseId: a}); return err },
+		"revoke": func() error { _, err := n.cli.Revoke(ctx(t), &api.RevokeRequest{LeaseSecret: a}); return err },
 		"put": func() error {
 			_, err := n.cli.Put(ctx(t), &api.PutRequest{Key: "k", Value: []byte("v"), Token: 1})
 			return err
 		},
 		"all-zero id": func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: make([]byte, 16), LeaseId: a, Seq: nextSeq(), Ack: 1, Name: "x"})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: make([]byte, 16), LeaseSecret: a, Seq: nextSeq(), Ack: 1, Name: "x"})
 			return err
 		},
 	}
@@ -118,13 +118,13 @@ func TestMutatingCallsNeedARequestID(t *testing.T) {
 			t.Errorf("%s without a request id: %v, want INVALID_ARGUMENT", name, err)
 		}
 	}
-	if l := n.getLock("x"); l.HolderLease != 0 {
+	if l := n.getLock("x"); l.HolderLeaseNumber != 0 {
 		t.Fatalf("a call without a request id took effect: %v", l)
 	}
 }
 
 // TestRetriesKeepThePromise: a retry with the same request id of each
-// mutating call answers as the proto says (api/fence.proto, Conventions).
+// mutating call answers as the proto says (api/fence/v1/fence.proto, Conventions).
 func TestRetriesKeepThePromise(t *testing.T) {
 	n := startNode(t, nil)
 	create := &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(time.Hour), Owner: "a"}
@@ -135,7 +135,7 @@ func TestRetriesKeepThePromise(t *testing.T) {
 	if again, err := n.cli.CreateLease(ctx(t), create); err != nil || again.LeaseNumber != first.LeaseNumber {
 		t.Fatalf("retried create-lease: %v %v, want lease #%d", again, err, first.LeaseNumber)
 	}
-	acq := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: first.LeaseId, Name: "x"}
+	acq := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: first.LeaseSecret, Name: "x"}
 	g, err := n.cli.Acquire(ctx(t), acq)
 	if err != nil {
 		t.Fatal(err)
@@ -146,13 +146,13 @@ func TestRetriesKeepThePromise(t *testing.T) {
 			t.Fatalf("put and its retry: %v", err)
 		}
 	}
-	rel := &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: first.LeaseId, Name: "x"}
+	rel := &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: first.LeaseSecret, Name: "x"}
 	for range 2 {
 		if _, err := n.cli.Release(ctx(t), rel); err != nil {
 			t.Fatalf("release and its retry: %v", err)
 		}
 	}
-	rev := &api.RevokeRequest{RequestId: newReq(), LeaseId: first.LeaseId}
+	rev := &api.RevokeRequest{RequestId: newReq(), LeaseSecret: first.LeaseSecret}
 	for i := range 2 {
 		if _, err := n.cli.Revoke(ctx(t), rev); err != nil {
 			t.Fatalf("revoke attempt %d: %v (a retried revoke must answer OK)", i+1, err)

@@ -37,7 +37,7 @@ func TestDeposedLeaderAnswersRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Partition(old)
-	if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}); err != nil {
+	if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := stream.Recv()

@@ -18,7 +18,7 @@ import (
 // InvalidArgument, and whatever it accepts must be a command the fsm accepts.
 func FuzzRequestValidation(f *testing.F) {
 	l := limits{minTTL: time.Second, maxTTL: time.Hour, lockDelay: 5 * time.Second}
-	seed, _ := proto.Marshal(&api.AcquireRequest{RequestId: make([]byte, 16), LeaseId: []byte("0123456789abcdef"), Name: "jobs/nightly", Wait: true})
+	seed, _ := proto.Marshal(&api.AcquireRequest{RequestId: make([]byte, 16), LeaseSecret: []byte("0123456789abcdef"), Name: "jobs/nightly", Wait: true})
 	f.Add(seed, "jobs/nightly", []byte("0123456789abcdef"), int64(30e9), uint64(1))
 	f.Add([]byte{0x0a, 0x01}, "\xff", []byte{1}, int64(-1), uint64(0))
 	f.Add([]byte{}, "a\x00b", []byte{}, int64(1<<62), uint64(1<<63))
@@ -49,7 +49,7 @@ func FuzzRequestValidation(f *testing.F) {
 		}
 		d := &durationpb.Duration{Seconds: nanos / 1e9, Nanos: int32(nanos % 1e9)}
 		check("acquire", func() (func() error, error) {
-			c, err := l.acquire(&api.AcquireRequest{LeaseId: lease, Name: name, LockDelay: d})
+			c, err := l.acquire(&api.AcquireRequest{LeaseSecret: lease, Name: name, LockDelay: d})
 			return c.Validate, err
 		})
 		check("create-lease", func() (func() error, error) {
@@ -62,7 +62,7 @@ func FuzzRequestValidation(f *testing.F) {
 			return c.Validate, err
 		})
 		check("release", func() (func() error, error) {
-			c, err := l.release(&api.ReleaseRequest{LeaseId: lease, Name: name})
+			c, err := l.release(&api.ReleaseRequest{LeaseSecret: lease, Name: name})
 			return c.Validate, err
 		})
 	})

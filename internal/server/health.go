@@ -23,7 +23,7 @@ var openMethods = map[string]bool{
 
 // serveHealth registers the standard gRPC health service (grpc.health.v1)
 // and server reflection on g, and keeps the health status current until
-// stop closes: SERVING, for "" and for fence.v1.Fence, while this node can
+// stop closes: SERVING, for "" and for fence.v1.FenceService, while this node can
 // serve clients — it leads and has taken over, or it follows a leader it
 // knows (clients are sent there) — else NOT_SERVING.
 func (s *Server) serveHealth(g *grpc.Server, stop <-chan struct{}) {
@@ -36,7 +36,7 @@ func (s *Server) serveHealth(g *grpc.Server, stop <-chan struct{}) {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
 		hs.SetServingStatus("", st)
-		hs.SetServingStatus(api.Fence_ServiceDesc.ServiceName, st)
+		hs.SetServingStatus(api.FenceService_ServiceDesc.ServiceName, st)
 	}
 	set()
 	go func() {

@@ -63,7 +63,7 @@ func TestGRPCHealthAndReflection(t *testing.T) {
 	waitStatus := func(cc *grpc.ClientConn, want healthpb.HealthCheckResponse_ServingStatus, what string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for status(cc, "") != want || status(cc, "fence.v1.Fence") != want {
+		for status(cc, "") != want || status(cc, "fence.v1.FenceService") != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: not %v within 10 s", what, want)
 			}
@@ -100,13 +100,13 @@ func TestGRPCHealthAndReflection(t *testing.T) {
 	}
 	found := false
 	for _, s := range resp.GetListServicesResponse().GetService() {
-		found = found || s.GetName() == "fence.v1.Fence"
+		found = found || s.GetName() == "fence.v1.FenceService"
 	}
 	if !found {
-		t.Fatalf("reflection lists %v, not fence.v1.Fence", resp.GetListServicesResponse().GetService())
+		t.Fatalf("reflection lists %v, not fence.v1.FenceService", resp.GetListServicesResponse().GetService())
 	}
 	// The policy still covers every other call from a caller without one.
-	if _, err := api.NewFenceClient(dial(leader)).GetLock(ctx, &api.GetLockRequest{Name: "x"}); grpcstatus.Code(err) != codes.Unauthenticated {
+	if _, err := api.NewFenceServiceClient(dial(leader)).GetLock(ctx, &api.GetLockRequest{Name: "x"}); grpcstatus.Code(err) != codes.Unauthenticated {
 		t.Fatalf("GetLock without an identity: %v, want Unauthenticated", err)
 	}
 }

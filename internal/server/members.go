@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/node"
 )
 
@@ -32,7 +33,16 @@ func (v *service) Members(ctx context.Context, _ *api.MembersRequest) (*api.Memb
 		if m.LastContact >= 0 {
 			contact = m.LastContact.Milliseconds()
 		}
-		resp.Members = append(resp.Members, &api.Member{Id: m.Name, RaftAddr: m.RaftAddr, Leader: m.Leader, Suffrage: m.Suffrage,
+		role, suffrage := api.Role_ROLE_FOLLOWER, api.Suffrage_SUFFRAGE_VOTER
+		if m.Leader {
+			role = api.Role_ROLE_LEADER
+		}
+		if m.Learner {
+			suffrage = api.Suffrage_SUFFRAGE_LEARNER
+		}
+		var grpcAddr string
+		v.s.node.View(func(st *fsm.State) { grpcAddr, _ = st.NodeAddr(m.Name) })
+		resp.Members = append(resp.Members, &api.Member{Id: m.Name, RaftAddr: m.RaftAddr, GrpcAddr: grpcAddr, Role: role, Suffrage: suffrage,
 			MatchIndex: m.Match, Lag: m.Lag, Active: m.Active, LastContactMs: contact})
 	}
 	return resp, nil
@@ -158,7 +168,7 @@ func (s *Server) askToJoin(ctx context.Context, addr string) (*node.JoinInfo, er
 	if s.cfg.AdminToken != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, AdminHeader, "Bearer "+s.cfg.AdminToken)
 	}
-	resp, err := api.NewFenceClient(conn).AddMember(ctx, &api.AddMemberRequest{Id: s.cfg.NodeID, RaftAddr: s.AdvertisedRaftAddr()})
+	resp, err := api.NewFenceServiceClient(conn).AddMember(ctx, &api.AddMemberRequest{Id: s.cfg.NodeID, RaftAddr: s.AdvertisedRaftAddr()})
 	if err != nil {
 		return nil, err
 	}

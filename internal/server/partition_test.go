@@ -17,14 +17,14 @@ import (
 )
 
 // directClient calls node n alone, not following the leader.
-func directClient(t *testing.T, n *locktest.Node) api.FenceClient {
+func directClient(t *testing.T, n *locktest.Node) api.FenceServiceClient {
 	t.Helper()
 	conn, err := grpc.NewClient(n.Server.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return api.NewFenceClient(conn)
+	return api.NewFenceServiceClient(conn)
 }
 
 // TestNotReadyRefusesCalls: a node that does not lead refuses commands and
@@ -61,7 +61,7 @@ func TestNotReadyRefusesCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}); err != nil {
+	if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := stream.Recv()
@@ -111,7 +111,7 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	c.Partition(old)
 
 	// The minority grants nothing...
-	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{RequestId: []byte("partition-test-2"), Seq: 1, Ack: 1, LeaseId: lease.LeaseId, Name: "minority"}); err == nil {
+	if r, err := direct.Acquire(ctx(1500*time.Millisecond), &api.AcquireRequest{RequestId: []byte("partition-test-2"), Seq: 1, Ack: 1, LeaseSecret: lease.LeaseSecret, Name: "minority"}); err == nil {
 		t.Fatalf("the cut-off leader granted a lock: token %d", r.Token)
 	}
 	// ...and renews nothing: it refuses promptly (UNAVAILABLE, so a client
@@ -120,7 +120,7 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: 1}); err != nil {
+	if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := stream.Recv(); err == nil && r.Ok {
@@ -155,5 +155,63 @@ func TestPartitionedLeaderIsInert(t *testing.T) {
 	}
 	if info, err := cl.Status(ctx(5*time.Second), "minority"); err != nil || info.Held() {
 		t.Fatalf("the cut-off leader's grant took effect after healing: %+v %v", info, err)
+	}
+}
+
+// TestMembersNameEveryClientAddress: one address is enough to find the
+// whole group. Members (a follower sends the caller to the leader, whose
+// view it is) names each member's gRPC address (as it announced it), its
+// role (one leader) and its suffrage.
+func TestMembersNameEveryClientAddress(t *testing.T) {
+	c := locktest.NewCluster(t, 3)
+	leader := c.Leader()
+	want := map[string]string{}
+	for _, n := range c.Nodes {
+		want[n.ID] = n.Server.GRPCAddr()
+	}
+	for _, asked := range []*locktest.Node{leader} { // followers send the caller here
+		var resp *api.MembersResponse
+		deadline := time.Now().Add(10 * time.Second)
+		for { // a member announces its address once it has joined: wait for all three
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r, err := directClient(t, asked).Members(cctx, &api.MembersRequest{})
+			cancel()
+			if err != nil {
+				t.Fatalf("Members asked of %s: %v", asked.ID, err)
+			}
+			resp = r
+			announced := 0
+			for _, m := range r.Members {
+				if m.GrpcAddr != "" {
+					announced++
+				}
+			}
+			if announced == len(want) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		leaders := 0
+		for _, m := range resp.Members {
+			if m.GrpcAddr != want[m.Id] {
+				t.Errorf("asked %s: member %s has grpc_addr %q, want %q", asked.ID, m.Id, m.GrpcAddr, want[m.Id])
+			}
+			if m.Suffrage != api.Suffrage_SUFFRAGE_VOTER {
+				t.Errorf("asked %s: member %s is %v, want a voter", asked.ID, m.Id, m.Suffrage)
+			}
+			switch m.Role {
+			case api.Role_ROLE_LEADER:
+				leaders++
+				if m.Id != leader.ID {
+					t.Errorf("asked %s: %s is named leader, the leader is %s", asked.ID, m.Id, leader.ID)
+				}
+			case api.Role_ROLE_FOLLOWER:
+			default:
+				t.Errorf("asked %s: member %s has role %v", asked.ID, m.Id, m.Role)
+			}
+		}
+		if len(resp.Members) != len(want) || leaders != 1 {
+			t.Fatalf("asked %s: %d members, %d leaders: %v", asked.ID, len(resp.Members), leaders, resp.Members)
+		}
 	}
 }

@@ -32,7 +32,7 @@ func TestRedteam2TwoAttemptsGiveUpTogetherNeitherCancels(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := nextSeq()
-		req := &api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: 1, LeaseId: b, Name: name, Wait: true, LockDelay: durationpb.New(0)}
+		req := &api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: 1, LeaseSecret: b, Name: name, Wait: true, LockDelay: durationpb.New(0)}
 		cctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 2)
 		go func() { _, err := n.cli.Acquire(cctx, req); done <- err }()
@@ -52,12 +52,12 @@ func TestRedteam2TwoAttemptsGiveUpTogetherNeitherCancels(t *testing.T) {
 		}
 		if w := n.getLock(name).Waiters; w != 0 {
 			// The holder lets go: the lock goes to b, whose client heard Canceled.
-			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: name}); err != nil {
+			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: name}); err != nil {
 				t.Fatal(err)
 			}
 			k := n.getLock(name)
 			t.Fatalf("trial %d: both attempts of call %d ended (Canceled) and neither cancelled the wait: %d waiter left; after the holder released, lock %q is held by lease #%d (token %d) with no call waiting for it",
-				trial, s, w, name, k.GetHolderLease(), k.GetToken())
+				trial, s, w, name, k.GetHolderLeaseNumber(), k.GetToken())
 		}
 	}
 }
@@ -81,7 +81,7 @@ func TestRedteam2GiveUpInterleavingLeavesWaitBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := nextSeq()
-	cmd, err := n.srv.limits.acquire(&api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: 1, LeaseId: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)})
+	cmd, err := n.srv.limits.acquire(&api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: 1, LeaseSecret: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestRedteam2WaitingHandlerAnswersOKForEndedGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
+	req := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
 	type answer struct {
 		r   *api.AcquireResponse
 		err error
@@ -138,7 +138,7 @@ func TestRedteam2WaitingHandlerAnswersOKForEndedGrant(t *testing.T) {
 	if first.err == nil {
 		k := n.getLock("x")
 		t.Fatalf("the waiting handler answered OK with token %d, a grant already force-released (lock x now: holder #%d token %d); a retry of the same call answers: %v",
-			first.r.GetToken(), k.GetHolderLease(), k.GetToken(), retryErr)
+			first.r.GetToken(), k.GetHolderLeaseNumber(), k.GetToken(), retryErr)
 	}
 }
 
@@ -155,7 +155,7 @@ func TestRedteam2OneAcquireMakesTheNodeUnrestartable(t *testing.T) {
 		open = append(open, 3+2*i)
 	}
 	seq := open[len(open)-1] + 2
-	_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: 1, Open: open, LeaseId: b, Name: "x", LockDelay: durationpb.New(0)})
+	_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: 1, Open: open, LeaseSecret: b, Name: "x", LockDelay: durationpb.New(0)})
 	t.Logf("the Acquire: %v", err)
 	if err := n.srv.Snapshot(); err != nil {
 		t.Fatal(err)

@@ -122,7 +122,7 @@ identities:
 		t.Fatal(err)
 	}
 	for i := range 1000 { // one after another: each call acknowledges the ones before
-		_, err := raw.Acquire(ctx, &api.AcquireRequest{RequestId: rtReqID(i + 1), LeaseId: lease.GetLeaseId(),
+		_, err := raw.Acquire(ctx, &api.AcquireRequest{RequestId: rtReqID(i + 1), LeaseSecret: lease.GetLeaseSecret(),
 			Name: fmt.Sprintf("h/%04d", i), Seq: uint64(i + 1), Ack: uint64(i + 1)})
 		if err != nil {
 			t.Fatalf("setup acquire %d: %v", i, err)
@@ -202,7 +202,7 @@ identities:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := raw.Acquire(tctx, &api.AcquireRequest{RequestId: rtReqID(2), LeaseId: lease.GetLeaseId(), Name: "jobs/nightly", Seq: 1, Ack: 1}); err != nil {
+	if _, err := raw.Acquire(tctx, &api.AcquireRequest{RequestId: rtReqID(2), LeaseSecret: lease.GetLeaseSecret(), Name: "jobs/nightly", Seq: 1, Ack: 1}); err != nil {
 		t.Fatal(err)
 	}
 	stream, err := raw.KeepAlive(tctx)
@@ -210,7 +210,7 @@ identities:
 		t.Fatal(err)
 	}
 	renew := func(seq uint64) (*api.KeepAliveResponse, error) {
-		if err := stream.Send(&api.KeepAliveRequest{LeaseId: lease.GetLeaseId(), Seq: seq}); err != nil {
+		if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: lease.GetLeaseSecret(), Seq: seq}); err != nil {
 			return nil, err
 		}
 		return stream.Recv()
@@ -270,7 +270,7 @@ func TestRedteamTokenAcceptedOverPlaintext(t *testing.T) {
 	}
 	defer conn.Close()
 	tctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer cron-secret")
-	_, err = api.NewFenceClient(conn).CreateLease(tctx, &api.CreateLeaseRequest{RequestId: rtReqID(1), Ttl: durationpb.New(5 * time.Second)})
+	_, err = api.NewFenceServiceClient(conn).CreateLease(tctx, &api.CreateLeaseRequest{RequestId: rtReqID(1), Ttl: durationpb.New(5 * time.Second)})
 	if err == nil {
 		t.Errorf("a plaintext server with a policy accepted a bearer token sent in clear")
 	} else {

@@ -40,11 +40,11 @@ func TestRedteamRetryOfQueuedCallHangsAfterFirstAttemptCancels(t *testing.T) {
 	// An earlier call of b, answered; the retry's higher ack forgets it, which
 	// shows (in the state's bytes) when the retry has been applied.
 	s0 := nextSeq()
-	if _, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: s0, Ack: s0, LeaseId: b, Name: "y", LockDelay: durationpb.New(0)}); err != nil {
+	if _, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: s0, Ack: s0, LeaseSecret: b, Name: "y", LockDelay: durationpb.New(0)}); err != nil {
 		t.Fatal(err)
 	}
 	s := nextSeq()
-	req := &api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: s0, LeaseId: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
+	req := &api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: s0, LeaseSecret: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
 	first := make(chan error, 1)
@@ -52,7 +52,7 @@ func TestRedteamRetryOfQueuedCallHangsAfterFirstAttemptCancels(t *testing.T) {
 	eventually(t, "first attempt queued", func() bool { return n.getLock("x").Waiters == 1 })
 
 	before := n.snapshotBytes()
-	retry := &api.AcquireRequest{RequestId: req.RequestId, Seq: s, Ack: s, LeaseId: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
+	retry := &api.AcquireRequest{RequestId: req.RequestId, Seq: s, Ack: s, LeaseSecret: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
 	type answer struct {
 		r   *api.AcquireResponse
 		err error
@@ -68,7 +68,7 @@ func TestRedteamRetryOfQueuedCallHangsAfterFirstAttemptCancels(t *testing.T) {
 	eventually(t, "first attempt's CancelWait applied", func() bool { return n.getLock("x").Waiters == 0 })
 
 	// The holder lets go: the lock is free, and b's call is the only one that wants it.
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -77,7 +77,7 @@ func TestRedteamRetryOfQueuedCallHangsAfterFirstAttemptCancels(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		k := n.getLock("x")
 		t.Fatalf("the retry of a waiting Acquire still waits 2s after the lock went free (lock x: holder #%d, %d waiters): its queue entry was cancelled by the first attempt's handler and nothing woke it",
-			k.GetHolderLease(), k.GetWaiters())
+			k.GetHolderLeaseNumber(), k.GetWaiters())
 	}
 }
 
@@ -93,11 +93,11 @@ func TestRedteamCancelledWaitAnsweredWithAnotherCallsGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	s0 := nextSeq()
-	if _, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: s0, Ack: s0, LeaseId: b, Name: "y", LockDelay: durationpb.New(0)}); err != nil {
+	if _, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: s0, Ack: s0, LeaseSecret: b, Name: "y", LockDelay: durationpb.New(0)}); err != nil {
 		t.Fatal(err)
 	}
 	s := nextSeq()
-	req := &api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: s0, LeaseId: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
+	req := &api.AcquireRequest{RequestId: newReq(), Seq: s, Ack: s0, LeaseSecret: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)}
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
 	first := make(chan error, 1)
@@ -112,19 +112,19 @@ func TestRedteamCancelledWaitAnsweredWithAnotherCallsGrant(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel2()
 	go func() {
-		r, err := n.cli.Acquire(ctx2, &api.AcquireRequest{RequestId: req.RequestId, Seq: s, Ack: s, LeaseId: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)})
+		r, err := n.cli.Acquire(ctx2, &api.AcquireRequest{RequestId: req.RequestId, Seq: s, Ack: s, LeaseSecret: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)})
 		second <- answer{r, err}
 	}()
 	eventually(t, "retry applied", func() bool { return !bytes.Equal(before, n.snapshotBytes()) })
 	cancel1()
 	<-first
 	eventually(t, "first attempt's CancelWait applied", func() bool { return n.getLock("x").Waiters == 0 })
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	// A later call of lease b takes x.
 	s2 := nextSeq()
-	later, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: s2, Ack: s, LeaseId: b, Name: "x", LockDelay: durationpb.New(0)})
+	later, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: s2, Ack: s, LeaseSecret: b, Name: "x", LockDelay: durationpb.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestRedteamCancelledWaitAnsweredWithAnotherCallsGrant(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the retry never answered")
 	}
-	_, again := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: req.RequestId, Seq: s, Ack: s, LeaseId: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)})
+	_, again := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: req.RequestId, Seq: s, Ack: s, LeaseSecret: b, Name: "x", Wait: true, LockDelay: durationpb.New(0)})
 	if got.err == nil {
 		t.Fatalf("call %d (its wait cancelled) answered OK with token %d, the grant of call %d (token %d); a retry of call %d answers: %v",
 			s, got.r.GetToken(), s2, later.GetToken(), s, again)

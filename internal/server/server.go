@@ -207,7 +207,7 @@ func (s *Server) open() (err error) {
 		// the client's side only (a waiting Acquire, say) end within ~3s
 		// instead of when TCP gives up.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: time.Second}))
-	api.RegisterFenceServer(s.grpc, &service{s: s})
+	api.RegisterFenceServiceServer(s.grpc, &service{s: s})
 	s.stopHealth = make(chan struct{})
 	s.serveHealth(s.grpc, s.stopHealth)
 	go s.grpc.Serve(s.grpcLis)

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 type testNode struct {
 	t        testing.TB
 	srv      *Server
-	cli      api.FenceClient
+	cli      api.FenceServiceClient
 	clock    *clocktest.Fake
 	dir      string
 	conf     func(*Config)
@@ -92,7 +92,7 @@ func (n *testNode) start() {
 		n.t.Fatal(err)
 	}
 	n.t.Cleanup(func() { conn.Close() })
-	n.srv, n.cli = srv, api.NewFenceClient(conn)
+	n.srv, n.cli = srv, api.NewFenceServiceClient(conn)
 }
 
 func (n *testNode) stop() {
@@ -137,11 +137,11 @@ func (n *testNode) lease(ttl time.Duration, owner string) []byte {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	return r.LeaseId
+	return r.LeaseSecret
 }
 
 func (n *testNode) acquire(lease []byte, name string, wait bool) (*api.AcquireResponse, error) {
-	return n.cli.Acquire(ctx(n.t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: lease, Name: name, Wait: wait,
+	return n.cli.Acquire(ctx(n.t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: lease, Name: name, Wait: wait,
 		LockDelay: durationpb.New(0)})
 }
 
@@ -210,14 +210,14 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 		}
 		eventually(t, w.who+" queued", func() bool { return n.getLock("jobs/nightly").Waiters == want })
 	}
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "jobs/nightly"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "jobs/nightly"}); err != nil {
 		t.Fatal(err)
 	}
 	g := <-grants
 	if g.err != nil || g.who != "b" || g.tok != 2 {
 		t.Fatalf("first handoff: %+v", g)
 	}
-	if _, err := n.cli.Revoke(ctx(t), &api.RevokeRequest{RequestId: newReq(), LeaseId: b}); err != nil {
+	if _, err := n.cli.Revoke(ctx(t), &api.RevokeRequest{RequestId: newReq(), LeaseSecret: b}); err != nil {
 		t.Fatal(err)
 	}
 	g = <-grants
@@ -229,7 +229,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 		t.Fatalf("list: %v %v", list, err)
 	}
 	// Release by a lease that does not hold it.
-	_, err = n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "jobs/nightly"})
+	_, err = n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "jobs/nightly"})
 	if code(err) != codes.FailedPrecondition {
 		t.Fatalf("release by non-holder: %v", err)
 	}
@@ -238,7 +238,7 @@ func TestAcquireReleaseHandoff(t *testing.T) {
 func TestAcquireRetryIsIdempotent(t *testing.T) {
 	n := startNode(t, nil)
 	a := n.lease(time.Hour, "a")
-	req := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}
+	req := &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"}
 	first, err := n.cli.Acquire(ctx(t), req)
 	if err != nil {
 		t.Fatal(err)
@@ -247,14 +247,14 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	if err != nil || again.Token != first.Token {
 		t.Fatalf("retry: %v %v, want token %d", again, err, first.Token)
 	}
-	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
+	if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	// A very late duplicate: its grant has ended, so it says so (never OK).
 	if late, err := n.cli.Acquire(ctx(t), req); code(err) != codes.FailedPrecondition {
 		t.Fatalf("late duplicate of a grant since released: %v %v, want FAILED_PRECONDITION", late, err)
 	}
-	if n.getLock("x").HolderLease != 0 {
+	if n.getLock("x").HolderLeaseNumber != 0 {
 		t.Fatal("a late duplicate re-acquired the lock")
 	}
 	// A new call for a lock the lease holds is refused, not silently shared.
@@ -270,7 +270,7 @@ func TestExpiryAndLockDelay(t *testing.T) {
 	n := startNode(t, nil)
 	dead := n.lease(2*time.Second, "paused")
 	live := n.lease(time.Hour, "next")
-	r, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: dead, Name: "x", LockDelay: durationpb.New(3 * time.Second)})
+	r, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: dead, Name: "x", LockDelay: durationpb.New(3 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestKeepAliveRenews(t *testing.T) {
 	}
 	for i := uint64(1); i <= 10; i++ { // 10 × 1s: far past the 2s TTL
 		n.clock.Advance(time.Second)
-		if err := stream.Send(&api.KeepAliveRequest{LeaseId: a, Seq: i}); err != nil {
+		if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: a, Seq: i}); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := stream.Recv()
@@ -332,8 +332,8 @@ func TestKeepAliveRenews(t *testing.T) {
 	}
 	// Stop renewing: it ends.
 	n.clock.Advance(2100 * time.Millisecond)
-	eventually(t, "expiry", func() bool { return n.getLock("x").HolderLease == 0 })
-	if err := stream.Send(&api.KeepAliveRequest{LeaseId: a, Seq: 99}); err != nil {
+	eventually(t, "expiry", func() bool { return n.getLock("x").HolderLeaseNumber == 0 })
+	if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: a, Seq: 99}); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err := stream.Recv(); err != nil || resp.Ok {
@@ -350,7 +350,7 @@ func TestWaitGivesUpAtDeadline(t *testing.T) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: b, Name: "x", Wait: true})
+	_, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: b, Name: "x", Wait: true})
 	if code(err) != codes.DeadlineExceeded {
 		t.Fatalf("wait past deadline: %v", err)
 	}
@@ -361,7 +361,7 @@ func TestFencedPutGet(t *testing.T) {
 	n := startNode(t, nil)
 	a, b := n.lease(time.Hour, "a"), n.lease(time.Hour, "b")
 	ta, _ := n.acquire(a, "x", false)
-	n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"})
+	n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"})
 	tb, _ := n.acquire(b, "x", false)
 
 	put := func(v string, tok uint64) error {
@@ -433,20 +433,20 @@ func TestBadInputChangesNothing(t *testing.T) {
 			return err
 		}},
 		{"lease id short", func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: []byte{1}, Name: "x"})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseSecret: []byte{1}, Name: "x"})
 			return err
 		}},
-		{"lock name empty", func() error { _, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: a}); return err }},
+		{"lock name empty", func() error { _, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseSecret: a}); return err }},
 		{"lock name too long", func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: a, Name: string(long)})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseSecret: a, Name: string(long)})
 			return err
 		}},
 		{"lock name control char", func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: a, Name: "a\x07"})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseSecret: a, Name: "a\x07"})
 			return err
 		}},
 		{"lock-delay negative", func() error {
-			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseId: a, Name: "x", LockDelay: durationpb.New(-time.Second)})
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseSecret: a, Name: "x", LockDelay: durationpb.New(-time.Second)})
 			return err
 		}},
 		{"put token 0", func() error { _, err := n.cli.Put(ctx(t), &api.PutRequest{Key: "k", Token: 0}); return err }},
@@ -455,7 +455,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			return err
 		}},
 		{"get key empty", func() error { _, err := n.cli.Get(ctx(t), &api.GetRequest{}); return err }},
-		{"release name empty", func() error { _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{LeaseId: a}); return err }},
+		{"release name empty", func() error { _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{LeaseSecret: a}); return err }},
 		{"revoke lease id empty", func() error { _, err := n.cli.Revoke(ctx(t), &api.RevokeRequest{}); return err }},
 	}
 	for _, tt := range tests {
@@ -497,7 +497,7 @@ func TestRestartKeepsStateAndTokens(t *testing.T) {
 				if _, err := n.acquire(a, "x", false); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "x"}); err != nil {
+				if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -520,7 +520,7 @@ func TestRestartKeepsStateAndTokens(t *testing.T) {
 				t.Fatalf("token after restart: %v %v, want %d", r, err, last+1)
 			}
 			// The lease survived the restart and is still the holder's.
-			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseId: a, Name: "keep"}); err != nil {
+			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "keep"}); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -19,9 +19,9 @@ import (
 	"github.com/fencehq/fence/internal/policy"
 )
 
-// service implements api.FenceServer on top of a Server.
+// service implements api.FenceServiceServer on top of a Server.
 type service struct {
-	api.UnimplementedFenceServer
+	api.UnimplementedFenceServiceServer
 	s *Server
 }
 
@@ -71,7 +71,7 @@ func (v *service) CreateLease(ctx context.Context, r *api.CreateLeaseRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return &api.CreateLeaseResponse{LeaseId: res.Lease[:], LeaseNumber: res.LeaseNumber, Ttl: durationpb.New(res.TTL)}, nil
+	return &api.CreateLeaseResponse{LeaseSecret: res.Lease[:], LeaseNumber: res.LeaseNumber, Ttl: durationpb.New(res.TTL)}, nil
 }
 
 // maxRenewalsInFlight bounds the renewals one KeepAlive stream has pending.
@@ -102,7 +102,7 @@ type renewal struct {
 // A failed round, or a refusal the intake meets (this node stopped
 // leading), ends the stream at once (the handler returns), even while the
 // client sends nothing more: it may be waiting for that very answer.
-func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
+func (v *service) KeepAlive(stream api.FenceService_KeepAliveServer) error {
 	ctx, cancel := context.WithCancel(stream.Context()) // ends the intake and a round when the handler returns
 	defer cancel()
 	k := &keepAlive{v: v, stream: stream, ctx: ctx, cancel: cancel,
@@ -115,7 +115,7 @@ func (v *service) KeepAlive(stream api.Fence_KeepAliveServer) error {
 // rounds.
 type keepAlive struct {
 	v      *service
-	stream api.Fence_KeepAliveServer
+	stream api.FenceService_KeepAliveServer
 	ctx    context.Context
 	cancel context.CancelFunc
 	slots  chan struct{} // a token per renewal queued or in a round: at most maxRenewalsInFlight
@@ -231,14 +231,14 @@ func (k *keepAlive) rounds() error {
 // renewal answered with its error; an error ends the stream (this node does
 // not lead).
 func (v *service) renewalOf(ctx context.Context, req *api.KeepAliveRequest) (renewal, error) {
-	id, err := leaseID(req.GetLeaseId())
+	id, err := leaseID(req.GetLeaseSecret())
 	if err != nil {
 		return renewal{seq: req.GetSeq(), bad: err}, nil
 	}
 	if err := v.leading(); err != nil && !(planted.DeposedRenewal && v.s.node.HasLed()) { // planted: a deposed leader goes on (the node answers from memory)
 		return renewal{}, err
 	}
-	if err := v.s.stillPermitted(ctx, api.Fence_KeepAlive_FullMethodName, nil); err != nil {
+	if err := v.s.stillPermitted(ctx, api.FenceService_KeepAlive_FullMethodName, nil); err != nil {
 		return renewal{seq: req.GetSeq(), bad: err}, nil
 	}
 	if err := v.ownLease(ctx, id); err != nil {
@@ -267,7 +267,7 @@ func (v *service) ownLease(ctx context.Context, id fsm.LeaseID) error {
 
 // answerRound renews the leases of one round and sends the answers in
 // arrival order.
-func (v *service) answerRound(ctx context.Context, stream api.Fence_KeepAliveServer, round []renewal) error {
+func (v *service) answerRound(ctx context.Context, stream api.FenceService_KeepAliveServer, round []renewal) error {
 	rctx, cancel := context.WithTimeout(ctx, renewalRoundTimeout)
 	defer cancel()
 	results, err := v.renewAll(rctx, round)
@@ -350,7 +350,7 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		}
 		// Judged again at every turn (and at every policy reload): a policy
 		// that no longer lets the caller take this lock ends the wait.
-		if err := v.s.stillPermitted(ctx, api.Fence_Acquire_FullMethodName, r); err != nil {
+		if err := v.s.stillPermitted(ctx, api.FenceService_Acquire_FullMethodName, r); err != nil {
 			return v.withdraw(cmd, err)
 		}
 		select {
@@ -504,7 +504,7 @@ func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.
 }
 
 func (v *service) lockInfo(k fsm.LockView) *api.LockInfo {
-	info := &api.LockInfo{Name: k.Name, HolderLease: k.HolderNum, HolderOwner: k.HolderOwner, Token: k.Token,
+	info := &api.LockInfo{Name: k.Name, HolderLeaseNumber: k.HolderNum, HolderOwner: k.HolderOwner, Token: k.Token,
 		Waiters: uint32(len(k.Waiters)), Delayed: k.Delayed, LockDelay: durationpb.New(k.LockDelay)}
 	if !k.Holder.IsZero() {
 		if d, ok := v.s.node.Deadline(k.Holder); ok {
@@ -556,7 +556,7 @@ func (v *service) ForceRelease(ctx context.Context, r *api.ForceReleaseRequest) 
 	}
 	v.s.log.Warn("admin force-release: ended one grant", "caller", callerAddr(ctx), "lock", cmd.Name, "lease", res.LeaseNumber,
 		"owner", res.Owner, "token", res.Token, "reason", r.GetReason())
-	return &api.ForceReleaseResponse{RevokedLease: res.LeaseNumber, RevokedOwner: res.Owner, Released: res.Released}, nil
+	return &api.ForceReleaseResponse{RevokedLeaseNumber: res.LeaseNumber, RevokedOwner: res.Owner, Released: res.Released}, nil
 }
 
 // newRandom returns 16 bytes from crypto/rand (which never fails on Linux;

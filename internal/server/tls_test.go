@@ -40,7 +40,7 @@ func call(t *testing.T, addr string, creds credentials.TransportCredentials) err
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err = api.NewFenceClient(conn).GetLock(ctx, &api.GetLockRequest{Name: "x"})
+	_, err = api.NewFenceServiceClient(conn).GetLock(ctx, &api.GetLockRequest{Name: "x"})
 	return err
 }
 

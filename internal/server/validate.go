@@ -50,11 +50,11 @@ func callNumber(seq, ack uint64, open []uint64) error {
 func leaseID(b []byte) (fsm.LeaseID, error) {
 	var id fsm.LeaseID
 	if len(b) != len(id) {
-		return id, invalid("lease_id is %d bytes; it must be the 16-byte id CreateLease returned", len(b))
+		return id, invalid("lease_secret is %d bytes; it must be the 16-byte secret CreateLease returned", len(b))
 	}
 	copy(id[:], b)
 	if id.IsZero() {
-		return id, invalid("lease_id is all zeros; use the id CreateLease returned")
+		return id, invalid("lease_secret is all zeros; use the secret CreateLease returned")
 	}
 	return id, nil
 }
@@ -103,7 +103,7 @@ func (l limits) acquire(r *api.AcquireRequest) (fsm.Command, error) {
 	if err := callNumber(c.Seq, c.Ack, c.Open); err != nil {
 		return c, err
 	}
-	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
+	if c.Lease, err = leaseID(r.GetLeaseSecret()); err != nil {
 		return c, err
 	}
 	if err := name("lock name", c.Name); err != nil {
@@ -129,7 +129,7 @@ func (l limits) release(r *api.ReleaseRequest) (fsm.Command, error) {
 	if err := callNumber(c.Seq, c.Ack, c.Open); err != nil {
 		return c, err
 	}
-	if c.Lease, err = leaseID(r.GetLeaseId()); err != nil {
+	if c.Lease, err = leaseID(r.GetLeaseSecret()); err != nil {
 		return c, err
 	}
 	return c, name("lock name", c.Name)
@@ -141,7 +141,7 @@ func (l limits) revoke(r *api.RevokeRequest) (fsm.Command, error) {
 	if c.RequestID, err = requestID(r.GetRequestId()); err != nil {
 		return c, err
 	}
-	c.Lease, err = leaseID(r.GetLeaseId())
+	c.Lease, err = leaseID(r.GetLeaseSecret())
 	return c, err
 }
 
@@ -196,7 +196,7 @@ func refusal(c *fsm.Command, r *fsm.Result) error {
 		} else {
 			st = status.Newf(codes.Aborted, "lock %q is held by lease #%d (owner %q) with token %d", c.Name, r.LeaseNumber, r.Owner, r.Token)
 		}
-		return withDetail(st, &api.LockHeld{Name: c.Name, HolderLease: r.LeaseNumber, HolderOwner: r.Owner, Token: r.Token, Delayed: r.Delayed})
+		return withDetail(st, &api.LockHeld{Name: c.Name, HolderLeaseNumber: r.LeaseNumber, HolderOwner: r.Owner, Token: r.Token, Delayed: r.Delayed})
 	case fsm.AlreadyHeld:
 		if r.Token != 0 {
 			return status.Errorf(codes.AlreadyExists, "this lease already holds lock %q (token %d); release it first or reuse that grant", c.Name, r.Token)

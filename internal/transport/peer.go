@@ -217,7 +217,7 @@ func (p *peer) open() (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	hello := &transportpb.Batch{ClusterId: p.t.cfg.ClusterID, From: p.t.cfg.LocalID, To: p.id}
+	hello := &transportpb.Batch{ClusterId: p.t.cfg.ClusterID, From: p.t.cfg.LocalID, To: p.id, ClientAddr: p.t.cfg.ClientAddr}
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	err = writeFrame(bw, hello)
 	if err == nil {

@@ -88,6 +88,13 @@ type Config struct {
 	// its stream failed (the node calls RawNode.ReportSnapshot). Called from
 	// a goroutine of the transport, never from Send.
 	SnapshotDone func(id uint64, ok bool)
+	// ClientAddr is this node's client (gRPC) address, sent in the
+	// handshake of each message stream it opens.
+	ClientAddr string
+	// PeerClientAddr, if set, is called with a peer's client address when a
+	// message stream from it is accepted (its handshake named one), from
+	// the goroutine serving that stream.
+	PeerClientAddr func(from uint64, addr string)
 	// Log receives the transport's log; nil means slog.Default().
 	Log *slog.Logger
 
@@ -179,7 +186,7 @@ func New(cfg Config) (*Transport, error) {
 		peers:   make(map[uint64]*peer),
 		inbound: make(map[net.Conn]struct{}),
 	}
-	t.recv = &receiver{clusterID: cfg.ClusterID, localID: cfg.LocalID, deliver: cfg.Deliver, authorize: cfg.AuthorizePeer, log: log}
+	t.recv = &receiver{clusterID: cfg.ClusterID, localID: cfg.LocalID, deliver: cfg.Deliver, authorize: cfg.AuthorizePeer, peerAddr: cfg.PeerClientAddr, log: log}
 	t.wg.Add(1)
 	go t.accept()
 	return t, nil

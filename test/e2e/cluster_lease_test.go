@@ -28,7 +28,7 @@ func TestClusterPausedLeaderAcksNoRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fc := api.NewFenceClient(conn)
+	fc := api.NewFenceServiceClient(conn)
 	lease, err := fc.CreateLease(timeout(t, 5*time.Second), &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(30 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestClusterPausedLeaderAcksNoRenewal(t *testing.T) {
 			mu.Lock()
 			sentAt[seq] = time.Now()
 			mu.Unlock()
-			if stream.Send(&api.KeepAliveRequest{LeaseId: lease.LeaseId, Seq: seq}) != nil {
+			if stream.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: seq}) != nil {
 				return
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -55,12 +55,22 @@ func TestClusterJoinAndCatchUp(t *testing.T) {
 	joiner.startProcess()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		// Joined, and its client address recorded: Members names every
+		// member's, so a client that knows one address finds them all.
 		members, _, err := cl.Members(timeout(t, 5*time.Second))
-		if err == nil && len(members) == 4 {
+		named := 0
+		for _, m := range members {
+			for _, nd := range append([]*node{joiner}, c.nodes...) {
+				if m.ID == nd.id && m.GRPCAddr == nd.grpc {
+					named++
+				}
+			}
+		}
+		if err == nil && len(members) == 4 && named == 4 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("n4 never joined: %v %v", members, err)
+			t.Fatalf("n4 never joined, or a member's client address is missing: %+v %v", members, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -69,7 +69,7 @@ func TestKill9Durability(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		leases[i], numbers[i] = r.LeaseId, r.LeaseNumber
+		leases[i], numbers[i] = r.LeaseSecret, r.LeaseNumber
 	}
 
 	var (
@@ -94,7 +94,7 @@ func TestKill9Durability(t *testing.T) {
 					name := fmt.Sprintf("r%d/w%d/%d", round, w, i)
 					c, done := context.WithTimeout(ctx, 2*time.Second)
 					seq := nextSeq()
-					r, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[w], Name: name})
+					r, err := n.cli.Acquire(c, &api.AcquireRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseSecret: leases[w], Name: name})
 					done()
 					if err != nil {
 						mu.Lock()
@@ -133,7 +133,7 @@ func TestKill9Durability(t *testing.T) {
 					if i%2 == 1 { // release every other grant, so not every token stays visible
 						c, done = context.WithTimeout(ctx, 2*time.Second)
 						seq := nextSeq()
-						_, err = n.cli.Release(c, &api.ReleaseRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseId: leases[w], Name: name})
+						_, err = n.cli.Release(c, &api.ReleaseRequest{RequestId: newReq(), Seq: seq, Ack: seq, LeaseSecret: leases[w], Name: name})
 						done()
 						mu.Lock()
 						if err == nil {
@@ -186,7 +186,7 @@ func verify(t *testing.T, n *node, grants map[string]uint64, released map[string
 	}
 	for name, tok := range grants {
 		l := held[name]
-		if l == nil || l.Token != tok || l.HolderLease != numbers[holder[name]] {
+		if l == nil || l.Token != tok || l.HolderLeaseNumber != numbers[holder[name]] {
 			t.Errorf("acknowledged grant %s (token %d) lost: now %v", name, tok, l)
 		}
 	}
@@ -211,11 +211,11 @@ func verify(t *testing.T, n *node, grants map[string]uint64, released map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := n.cli.Acquire(ctx, &api.AcquireRequest{RequestId: newReq(), Seq: 1, Ack: 1, LeaseId: probe.LeaseId, Name: fmt.Sprintf("probe/%d", time.Now().UnixNano())})
+	r, err := n.cli.Acquire(ctx, &api.AcquireRequest{RequestId: newReq(), Seq: 1, Ack: 1, LeaseSecret: probe.LeaseSecret, Name: fmt.Sprintf("probe/%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.cli.Revoke(ctx, &api.RevokeRequest{RequestId: newReq(), LeaseId: probe.LeaseId})
+	defer n.cli.Revoke(ctx, &api.RevokeRequest{RequestId: newReq(), LeaseSecret: probe.LeaseSecret})
 	if r.Token <= maxToken || r.Token <= highest {
 		t.Errorf("next token %d not above every token handed out (acknowledged max %d, held max %d)", r.Token, maxToken, highest)
 	}
@@ -223,7 +223,7 @@ func verify(t *testing.T, n *node, grants map[string]uint64, released map[string
 }
 
 // listAll reads every page of ListLocks.
-func listAll(t *testing.T, ctx context.Context, fc api.FenceClient) []*api.LockInfo {
+func listAll(t *testing.T, ctx context.Context, fc api.FenceServiceClient) []*api.LockInfo {
 	t.Helper()
 	var all []*api.LockInfo
 	for after := ""; ; {

@@ -69,7 +69,7 @@ type node struct {
 	cmd                 *exec.Cmd
 	log                 *os.File
 	conn                *grpc.ClientConn
-	cli                 api.FenceClient
+	cli                 api.FenceServiceClient
 }
 
 func newNode(t testing.TB, extra ...string) *node {
@@ -92,7 +92,7 @@ func newNodeAt(t testing.TB, host, netns string, extra ...string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.conn, n.cli = conn, api.NewFenceClient(conn)
+	n.conn, n.cli = conn, api.NewFenceServiceClient(conn)
 	t.Cleanup(func() {
 		n.kill()
 		conn.Close()

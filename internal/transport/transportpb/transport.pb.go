@@ -53,7 +53,11 @@ type Batch struct {
 	// The receiver's raft node id: the to of every message in the batch.
 	To uint64 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
 	// Each a marshaled raftpb.Message, in the order raft produced them.
-	Messages      [][]byte `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages [][]byte `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Handshake Batch only: the sender's client (gRPC) address, which the
+	// group's leader records so that any member can name every member's
+	// address to clients (empty: the sender serves no clients).
+	ClientAddr    string `protobuf:"bytes,5,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -114,6 +118,13 @@ func (x *Batch) GetMessages() [][]byte {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *Batch) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
 }
 
 // SnapshotChunk is a piece of one MsgSnap message.
@@ -211,13 +222,15 @@ var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
 	"\n" +
-	"\x0ftransport.proto\x12\x12fence.transport.v1\"f\n" +
+	"\x0ftransport.proto\x12\x12fence.transport.v1\"\x87\x01\n" +
 	"\x05Batch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x06R\tclusterId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x1a\n" +
-	"\bmessages\x18\x04 \x03(\fR\bmessages\"\x9d\x01\n" +
+	"\bmessages\x18\x04 \x03(\fR\bmessages\x12\x1f\n" +
+	"\vclient_addr\x18\x05 \x01(\tR\n" +
+	"clientAddr\"\x9d\x01\n" +
 	"\rSnapshotChunk\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x06R\tclusterId\x12\x12\n" +
