@@ -92,6 +92,12 @@ type FenceServiceClient interface {
 	CreateLease(ctx context.Context, in *CreateLeaseRequest, opts ...grpc.CallOption) (*CreateLeaseResponse, error)
 	// KeepAlive renews leases. Each request renews one lease; the response
 	// arrives once the renewal is durable. One stream can renew many leases.
+	// A client renews every ttl/3, waits at most ttl/3 for an answer, and
+	// stops using the lease at sent + ttl - margin, "sent" being when it sent
+	// the last renewal answered ok, on a clock that counts suspend
+	// (docs/protocol.md, section 6). The stream ends with UNAVAILABLE (and
+	// NotLeader) when this node does not lead or cannot commit renewals
+	// within 1s; after a half-close every renewal received is answered.
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 	// Revoke ends a lease at once and releases its locks (no lock-delay).
 	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
@@ -324,6 +330,12 @@ type FenceServiceServer interface {
 	CreateLease(context.Context, *CreateLeaseRequest) (*CreateLeaseResponse, error)
 	// KeepAlive renews leases. Each request renews one lease; the response
 	// arrives once the renewal is durable. One stream can renew many leases.
+	// A client renews every ttl/3, waits at most ttl/3 for an answer, and
+	// stops using the lease at sent + ttl - margin, "sent" being when it sent
+	// the last renewal answered ok, on a clock that counts suspend
+	// (docs/protocol.md, section 6). The stream ends with UNAVAILABLE (and
+	// NotLeader) when this node does not lead or cannot commit renewals
+	// within 1s; after a half-close every renewal received is answered.
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	// Revoke ends a lease at once and releases its locks (no lock-delay).
 	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
