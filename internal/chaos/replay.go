@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/relay"
 )
 
 // FaultReplay re-sends captured mutating requests, byte-identical (same
@@ -81,7 +82,7 @@ func newReplayer(members []string, creds credentials.TransportCredentials, seed 
 		counts:  ReplayCounts{ByMethod: map[string]int{}, Answers: map[string]int{}},
 		firstOK: map[string][]byte{}}
 	var err error
-	if r.conns, err = dialMembers(members, creds); err != nil {
+	if r.conns, err = relay.Dial(members, creds); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -300,4 +301,4 @@ func (r *replayer) result() (ReplayCounts, []Violation) {
 	return r.counts, r.acted
 }
 
-func (r *replayer) close() { closeConns(r.conns) }
+func (r *replayer) close() { relay.Close(r.conns) }

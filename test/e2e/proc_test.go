@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,45 +17,17 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/fencehq/fence/api"
-)
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	"github.com/fencehq/fence/internal/proctest"
 )
 
 // fenceBinary builds cmd/fence once per test run.
 func fenceBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fence-e2e-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "fence")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/fencehq/fence/cmd/fence").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return proctest.Binary(t, "github.com/fencehq/fence/cmd/fence")
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freePort returns a loopback address whose port was free a moment ago.
+func freePort(t testing.TB) string { return proctest.FreeAddr(t) }
 
 // node is a fence server running as a real OS process.
 type node struct {

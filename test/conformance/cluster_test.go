@@ -1,0 +1,180 @@
+package conformance
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/proctest"
+)
+
+// member is one `fence serve --insecure` process.
+type member struct {
+	t                   testing.TB
+	id, dir             string
+	grpc, metrics, raft string
+	args                []string
+	cmd                 *exec.Cmd
+	api                 api.FenceServiceClient // straight to the member, around the relay
+}
+
+// cluster is n members bootstrapped together, each a real process.
+type cluster struct {
+	t       testing.TB
+	members []*member
+}
+
+func newCluster(t testing.TB, n int) *cluster {
+	c := &cluster{t: t}
+	var peers []string
+	for i := range n {
+		m := &member{t: t, id: "n" + strconv.Itoa(i+1), dir: t.TempDir(), grpc: proctest.FreeAddr(t), metrics: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
+		conn, err := grpc.NewClient(m.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.api = api.NewFenceServiceClient(conn)
+		t.Cleanup(func() { m.kill(); conn.Close() })
+		c.members = append(c.members, m)
+		peers = append(peers, m.id+"="+m.raft)
+	}
+	for _, m := range c.members {
+		m.args = []string{"serve", "--insecure", "--node-id", m.id, "--bootstrap", strings.Join(peers, ","),
+			"--data-dir", filepath.Join(m.dir, "data"), "--grpc-addr", m.grpc, "--metrics-addr", m.metrics,
+			"--raft-addr", m.raft, "--log-level", "warn"}
+		m.start()
+	}
+	c.leader()
+	return c
+}
+
+func (m *member) start() {
+	m.t.Helper()
+	m.cmd = exec.Command(proctest.Binary(m.t, "github.com/fencehq/fence/cmd/fence"), m.args...)
+	log, err := os.OpenFile(filepath.Join(m.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer log.Close()
+	m.cmd.Stdout, m.cmd.Stderr = log, log
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// kill ends the process with SIGKILL (nothing flushed, nothing said).
+func (m *member) kill() {
+	if m.cmd != nil && m.cmd.Process != nil {
+		_ = m.cmd.Process.Signal(syscall.SIGKILL)
+		_ = m.cmd.Wait()
+	}
+	m.cmd = nil
+}
+
+// get fetches path from the member's HTTP port (plaintext: --insecure).
+func (m *member) get(path string) (string, bool) {
+	hc := http.Client{Timeout: time.Second}
+	resp, err := hc.Get("http://" + m.metrics + path)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode == http.StatusOK
+}
+
+// metric reads one unlabelled metric of the member.
+func (m *member) metric(name string) float64 {
+	m.t.Helper()
+	body, ok := m.get("/metrics")
+	if !ok {
+		m.t.Fatalf("%s: no metrics", m.id)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				m.t.Fatalf("%s: metric %s: %v", m.id, line, err)
+			}
+			return f
+		}
+	}
+	m.t.Fatalf("%s: no metric %s", m.id, name)
+	return 0
+}
+
+// leader waits (up to 20 s) for a member that leads and serves.
+func (c *cluster) leader() *member {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range c.members {
+			if m.cmd == nil {
+				continue
+			}
+			if _, ok := m.get("/leaderz"); ok {
+				return m
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatal("no leader within 20 s")
+	return nil
+}
+
+func (c *cluster) addrs() []string {
+	var a []string
+	for _, m := range c.members {
+		a = append(a, m.grpc)
+	}
+	return a
+}
+
+// other returns a member that is not m.
+func (c *cluster) other(m *member) *member {
+	for _, o := range c.members {
+		if o != m {
+			return o
+		}
+	}
+	return nil
+}
+
+// transfer moves leadership from the leader to another member.
+func (c *cluster) transfer() {
+	c.t.Helper()
+	from := c.leader()
+	to := c.other(from)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := from.api.TransferLeader(ctx, &api.TransferLeaderRequest{Id: to.id}); err != nil {
+		c.t.Fatalf("transfer %s → %s: %v", from.id, to.id, err)
+	}
+	for c.leader() == from {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockOnServer reads lock name on the leader.
+func (c *cluster) lockOnServer(name string) *api.LockInfo {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := c.leader().api.GetLock(ctx, &api.GetLockRequest{Name: name})
+	if err != nil {
+		c.t.Fatalf("GetLock %s: %v", name, err)
+	}
+	return r.Lock
+}
