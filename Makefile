@@ -71,6 +71,7 @@ fuzz:           ## about a minute per fuzz target (counts: see .ci/run)
 	go test ./internal/fsm -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 1800000x
 	go test ./internal/fsm -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime 1800000x
 	go test ./internal/server -run '^$$' -fuzz '^FuzzRequestValidation$$' -fuzztime 120000x
+	go test ./internal/server -run '^$$' -fuzz '^FuzzGateway$$' -fuzztime 120000x
 	go test ./internal/transport -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime 420000x
 	go test ./internal/transport -run '^$$' -fuzz '^FuzzReceiveSnapshot$$' -fuzztime 900000x
 	go test ./internal/transport -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 600000x

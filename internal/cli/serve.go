@@ -148,6 +148,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the raft log and snapshots live")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "client gRPC address")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz, /leaderz ("" disables)`)
+	f.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, `HTTP/JSON gateway: POST /v1/<call> with JSON, the gRPC port's TLS and rules ("" disables; e.g. 127.0.0.1:7303)`)
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address (other members connect here)")
 	f.StringVar(&cfg.AdvertiseGRPCAddr, "advertise-grpc-addr", "", "gRPC address clients are sent to when this node leads (default --grpc-addr; needed in a cluster when that binds 0.0.0.0)")
 	f.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", "", "raft address the other members dial, recorded in the membership and never changed (default --raft-addr; needed when that binds 0.0.0.0)")

@@ -36,6 +36,9 @@ type Config struct {
 	// MetricsAddr serves /metrics, /healthz, /readyz (can serve clients) and
 	// /leaderz (leads) over HTTP; "" disables it.
 	MetricsAddr string
+	// GatewayAddr serves the HTTP/JSON gateway (POST /v1/<call>, see
+	// gateway.go) with the gRPC port's TLS and rules; "" disables it.
+	GatewayAddr string
 	// Pprof also serves /debug/pprof/ on MetricsAddr (profiles reveal internals:
 	// keep that address private).
 	Pprof bool
@@ -239,7 +242,7 @@ func (c *Config) Validate() error {
 	check(c.DataDir != "", "data dir is empty")
 	check(c.GRPCAddr != "", "gRPC address is empty")
 	check(c.RaftAddr != "" || c.RaftListener != nil, "raft address is empty")
-	ports := []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--metrics-addr", c.MetricsAddr}}
+	ports := []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--metrics-addr", c.MetricsAddr}, {"--gateway-addr", c.GatewayAddr}}
 	if c.RaftListener == nil {
 		ports = append(ports, struct{ flag, addr string }{"--raft-addr", c.RaftAddr})
 	}

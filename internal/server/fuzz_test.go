@@ -1,9 +1,15 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	neturl "net/url"
 	"testing"
 	"time"
 
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -65,5 +71,45 @@ func FuzzRequestValidation(f *testing.F) {
 			c, err := l.release(&api.ReleaseRequest{LeaseSecret: lease, Name: name})
 			return c.Validate, err
 		})
+	})
+}
+
+// FuzzGateway posts arbitrary bodies to every call of the HTTP/JSON
+// gateway of a running node: it must never panic, and must answer JSON —
+// the call's answer with 200, or the error form with the HTTP status of
+// its gRPC code.
+func FuzzGateway(f *testing.F) {
+	n := startNode(f, func(c *Config) { c.GatewayAddr = "127.0.0.1:0" })
+	h := n.srv.gateway(&service{s: n.srv})
+	calls := []string{"CreateLease", "KeepAlive", "Revoke", "Acquire", "Release", "GetLock", "ListLocks", "Put", "Get",
+		"ForceRelease", "Members", "AddMember", "RemoveMember", "TransferLeader", "Backup", "", "../x"}
+	f.Add(uint8(0), []byte(`{"request_id": "AAAAAAAAAAAAAAAAAAAAAQ==", "ttl": "30s"}`), "")
+	f.Add(uint8(3), []byte(`{"request_id": "AAAAAAAAAAAAAAAAAAAAAg==", "lease_secret": "AAAAAAAAAAAAAAAAAAAAAw==", "name": "a", "seq": 1, "ack": 1}`), "10ms")
+	f.Add(uint8(1), []byte(`{"lease_secret": "AQID", "seq": "18446744073709551615"}`), "")
+	f.Add(uint8(9), []byte(`{"name": "\u0000", "token": -1}`), "-1s")
+	f.Add(uint8(5), []byte("\xff{"), "1h1s")
+	f.Fuzz(func(t *testing.T, call uint8, body []byte, timeout string) {
+		url := "/v1/" + calls[int(call)%len(calls)]
+		if timeout != "" {
+			url += "?timeout=" + neturl.QueryEscape(timeout)
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.RemoteAddr = "127.0.0.1:5555"
+		h.ServeHTTP(rec, req)
+		var out map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+			t.Fatalf("POST %s %q: %d, not JSON: %q", url, body, rec.Code, rec.Body.Bytes())
+		}
+		if rec.Code == http.StatusOK {
+			return
+		}
+		e, _ := out["error"].(map[string]any)
+		name, _ := e["status"].(string)
+		n, ok := rpccode.Code_value[name]
+		code := codes.Code(n)
+		if !ok || e["message"] == "" || (httpStatus[code] != rec.Code && rec.Code != http.StatusMethodNotAllowed) {
+			t.Fatalf("POST %s %q: HTTP %d with %v", url, body, rec.Code, out)
+		}
 	})
 }

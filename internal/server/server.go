@@ -59,6 +59,9 @@ type Server struct {
 	grpcLis net.Listener
 	http    *http.Server
 	httpLis net.Listener
+	// gw and gwLis serve the HTTP/JSON gateway (nil: Config.GatewayAddr "").
+	gw    *http.Server
+	gwLis net.Listener
 	// raftLis is the raft port from listen until the node takes it over;
 	// raftAdvertised is where the other members dial it.
 	raftLis        net.Listener
@@ -187,13 +190,13 @@ func (s *Server) open() (err error) {
 	}
 
 	creds := insecure.NewCredentials()
+	// Under a policy a client may identify itself by a bearer token instead
+	// of a certificate (authorize then requires one or the other).
+	clientAuth := tls.RequireAndVerifyClientCert
+	if cfg.PolicyFile != "" {
+		clientAuth = tls.VerifyClientCertIfGiven
+	}
 	if s.tls != nil {
-		// Under a policy a client may identify itself by a bearer token
-		// instead of a certificate (authorize then requires one or the other).
-		clientAuth := tls.RequireAndVerifyClientCert
-		if cfg.PolicyFile != "" {
-			clientAuth = tls.VerifyClientCertIfGiven
-		}
 		creds = credentials.NewTLS(s.tls.ServerConfig(clientAuth))
 	}
 	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
@@ -207,7 +210,8 @@ func (s *Server) open() (err error) {
 		// the client's side only (a waiting Acquire, say) end within ~3s
 		// instead of when TCP gives up.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: time.Second}))
-	api.RegisterFenceServiceServer(s.grpc, &service{s: s})
+	svc := &service{s: s}
+	api.RegisterFenceServiceServer(s.grpc, svc)
 	s.stopHealth = make(chan struct{})
 	s.serveHealth(s.grpc, s.stopHealth)
 	go s.grpc.Serve(s.grpcLis)
@@ -250,7 +254,17 @@ func (s *Server) open() (err error) {
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)} // refused handshakes, say
 		go s.http.Serve(s.httpLis)
 	}
-	s.log.Info("fence serving", "grpc", s.GRPCAddr(), "metrics", s.MetricsAddr(), "raft", s.node.RaftAddr(),
+	if s.gwLis != nil {
+		if s.tls != nil {
+			s.gwLis = tls.NewListener(s.gwLis, s.tls.ServerConfig(clientAuth))
+		}
+		// No ReadTimeout or WriteTimeout: a waiting Acquire is answered when
+		// the lock is granted (its ?timeout= bounds it).
+		s.gw = &http.Server{Handler: s.gateway(svc), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+		go s.gw.Serve(s.gwLis)
+	}
+	s.log.Info("fence serving", "grpc", s.GRPCAddr(), "metrics", s.MetricsAddr(), "gateway", s.GatewayAddr(), "raft", s.node.RaftAddr(),
 		"advertised_grpc", s.AdvertisedGRPCAddr(), "advertised_raft", s.AdvertisedRaftAddr(), "data_dir", cfg.DataDir, "tls", s.tls != nil)
 	return nil
 }
@@ -275,6 +289,11 @@ func (s *Server) listen() error {
 	}
 	if s.cfg.MetricsAddr != "" {
 		if s.httpLis, err = bind("metrics", "--metrics-addr", s.cfg.MetricsAddr); err != nil {
+			return err
+		}
+	}
+	if s.cfg.GatewayAddr != "" {
+		if s.gwLis, err = bind("gateway", "--gateway-addr", s.cfg.GatewayAddr); err != nil {
 			return err
 		}
 	}
@@ -416,6 +435,14 @@ func (s *Server) RaftAddr() string {
 	return s.node.RaftAddr()
 }
 
+// GatewayAddr returns the HTTP/JSON gateway's address, or "" when disabled.
+func (s *Server) GatewayAddr() string {
+	if s.gwLis == nil {
+		return ""
+	}
+	return s.gwLis.Addr().String()
+}
+
 // MetricsAddr returns the HTTP address of /metrics, or "" when disabled.
 func (s *Server) MetricsAddr() string {
 	if s.httpLis == nil {
@@ -441,12 +468,19 @@ func (s *Server) Close() error {
 		} else if s.grpcLis != nil {
 			s.grpcLis.Close()
 		}
-		if s.http != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = s.http.Shutdown(ctx)
-			cancel()
-		} else if s.httpLis != nil {
-			s.httpLis.Close()
+		for _, h := range []struct {
+			srv *http.Server
+			lis net.Listener
+		}{{s.http, s.httpLis}, {s.gw, s.gwLis}} {
+			if h.srv != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if h.srv.Shutdown(ctx) != nil {
+					h.srv.Close() // a waiting Acquire on the gateway
+				}
+				cancel()
+			} else if h.lis != nil {
+				h.lis.Close()
+			}
 		}
 		if s.raftLis != nil { // a start that failed before the node took it
 			s.raftLis.Close()

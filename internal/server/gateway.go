@@ -1,0 +1,246 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencehq/fence/api"
+	"github.com/fencehq/fence/internal/fsm"
+)
+
+// The HTTP/JSON gateway (Config.GatewayAddr) serves the unary calls of
+// fence.v1.FenceService as POST /v1/<Call> with the request as the body, in
+// the proto's JSON mapping (protojson: field names as in the proto, bytes
+// in base64; the body is read as JSON whatever Content-Type says, so a
+// plain curl -d works), and one renewal as POST /v1/KeepAlive. It is a small layer of
+// our own over the same service rather than grpc-gateway: every call runs
+// through the generated handler with the server's own interceptor, so the
+// policy, the admin rule and the validation are exactly the gRPC port's,
+// with no second connection and no HTTP annotations in the proto. The
+// caller's identity comes from the TLS connection and the Authorization
+// headers, as on the gRPC port. A refusal is the gRPC status in Google's
+// JSON error form: {"error": {"code": <HTTP>, "status": "<gRPC code>",
+// "message": …, "details": [{"@type": …, …}]}}.
+
+// gatewayMaxBody bounds a request body: the gRPC port's message limit.
+const gatewayMaxBody = fsm.MaxValueLen + 64<<10
+
+// gatewayMaxTimeout bounds ?timeout= (a waiting Acquire's deadline).
+const gatewayMaxTimeout = time.Hour
+
+var (
+	gatewayOut = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+	gatewayIn  = protojson.UnmarshalOptions{}
+)
+
+// gateway returns the gateway's handler over svc.
+func (s *Server) gateway(svc *service) http.Handler {
+	unary := map[string]grpc.MethodDesc{}
+	var names []string
+	for _, m := range api.FenceService_ServiceDesc.Methods {
+		unary[m.MethodName] = m
+		names = append(names, m.MethodName)
+	}
+	names = append(names, "KeepAlive")
+	slices.Sort(names)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		call := strings.TrimPrefix(r.URL.Path, "/v1/")
+		m, isUnary := unary[call]
+		if !isUnary && call != "KeepAlive" {
+			writeStatus(w, status.Newf(codes.Unimplemented, "no call %q: POST /v1/<call> with one of %s (Backup: use fence snapshot save)", call, strings.Join(names, ", ")))
+			return
+		}
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "%s /v1/%s: send POST with the request as JSON", r.Method, call))
+			return
+		}
+		ctx, cancel, body, err := gatewayRequest(w, r, api.FenceService_ServiceDesc.ServiceName+"/"+call)
+		if err != nil {
+			writeStatus(w, status.Convert(err))
+			return
+		}
+		defer cancel()
+		var resp any
+		if isUnary {
+			resp, err = m.Handler(svc, ctx, decodeJSON(body), s.unaryAuth)
+		} else {
+			resp, err = s.renewOnce(ctx, svc, body)
+		}
+		if err != nil {
+			writeStatus(w, status.Convert(err))
+			return
+		}
+		out, err := gatewayOut.Marshal(resp.(proto.Message))
+		if err != nil {
+			writeStatus(w, status.Newf(codes.Internal, "encoding the answer: %v", err))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(out, '\n'))
+	})
+	return mux
+}
+
+// gatewayRequest reads the body and builds the call's context: the
+// caller's TLS state and address (peer), its Authorization headers (the
+// "authorization" metadata), the method, and ?timeout= as its deadline.
+func gatewayRequest(w http.ResponseWriter, r *http.Request, method string) (context.Context, context.CancelFunc, []byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gatewayMaxBody))
+	if err != nil {
+		return nil, nil, nil, status.Errorf(codes.InvalidArgument, "reading the body: %v (at most %d bytes)", err, gatewayMaxBody)
+	}
+	ctx, cancel := r.Context(), context.CancelFunc(func() {})
+	if t := r.URL.Query().Get("timeout"); t != "" {
+		d, err := time.ParseDuration(t)
+		if err != nil || d <= 0 || d > gatewayMaxTimeout {
+			return nil, nil, nil, status.Errorf(codes.InvalidArgument, "timeout=%q: give a duration above 0 and at most %v, e.g. timeout=30s", t, gatewayMaxTimeout)
+		}
+		ctx, cancel = context.WithTimeout(ctx, d)
+	}
+	p := &peer.Peer{Addr: gatewayAddr(r.RemoteAddr)}
+	if r.TLS != nil {
+		p.AuthInfo = credentials.TLSInfo{State: *r.TLS}
+	}
+	ctx = peer.NewContext(ctx, p)
+	ctx = metadata.NewIncomingContext(ctx, metadata.MD{AdminHeader: r.Header.Values("Authorization")})
+	ctx = grpc.NewContextWithServerTransportStream(ctx, gatewayStream("/"+method))
+	return ctx, cancel, body, nil
+}
+
+// gatewayAddr parses the caller's address (a TCP address, so the admin
+// rule sees whether it is loopback).
+func gatewayAddr(remote string) net.Addr {
+	if a, err := net.ResolveTCPAddr("tcp", remote); err == nil {
+		return a
+	}
+	return &net.TCPAddr{}
+}
+
+// decodeJSON decodes body (empty: {}) into a call's request.
+func decodeJSON(body []byte) func(any) error {
+	return func(v any) error {
+		if len(body) == 0 {
+			body = []byte("{}")
+		}
+		m := v.(proto.Message)
+		if err := gatewayIn.Unmarshal(body, m); err != nil {
+			return status.Errorf(codes.InvalidArgument, "the body is not a %s in JSON: %v", m.ProtoReflect().Descriptor().Name(), err)
+		}
+		return nil
+	}
+}
+
+// renewOnce renews one lease (a KeepAliveRequest in body) through the
+// KeepAlive handler and its interceptor, on a stream that carries that one
+// request and is half-closed after it.
+func (s *Server) renewOnce(ctx context.Context, svc *service, body []byte) (*api.KeepAliveResponse, error) {
+	req := new(api.KeepAliveRequest)
+	if err := decodeJSON(body)(req); err != nil {
+		return nil, err
+	}
+	st := &oneRenewal{ctx: ctx, req: req}
+	desc := api.FenceService_ServiceDesc.Streams[slices.IndexFunc(api.FenceService_ServiceDesc.Streams, func(d grpc.StreamDesc) bool { return d.StreamName == "KeepAlive" })]
+	info := &grpc.StreamServerInfo{FullMethod: api.FenceService_KeepAlive_FullMethodName, IsClientStream: true, IsServerStream: true}
+	if err := s.streamAuth(svc, st, info, desc.Handler); err != nil {
+		return nil, err
+	}
+	if st.resp == nil {
+		return nil, status.Error(codes.Internal, "the renewal was not answered")
+	}
+	return st.resp, nil
+}
+
+// oneRenewal is a KeepAlive stream of one request: it is read once, then
+// the stream is half-closed; the answer is kept.
+type oneRenewal struct {
+	ctx  context.Context
+	req  *api.KeepAliveRequest
+	read bool
+	resp *api.KeepAliveResponse
+}
+
+func (o *oneRenewal) Context() context.Context     { return o.ctx }
+func (o *oneRenewal) SetHeader(metadata.MD) error  { return nil }
+func (o *oneRenewal) SendHeader(metadata.MD) error { return nil }
+func (o *oneRenewal) SetTrailer(metadata.MD)       {}
+
+func (o *oneRenewal) RecvMsg(m any) error {
+	if o.read {
+		return io.EOF
+	}
+	o.read = true
+	proto.Merge(m.(proto.Message), o.req)
+	return nil
+}
+
+func (o *oneRenewal) SendMsg(m any) error {
+	o.resp = m.(*api.KeepAliveResponse)
+	return nil
+}
+
+// gatewayStream names the call's method for grpc.Method; headers are
+// not sent over HTTP.
+type gatewayStream string
+
+func (g gatewayStream) Method() string             { return string(g) }
+func (gatewayStream) SetHeader(metadata.MD) error  { return nil }
+func (gatewayStream) SendHeader(metadata.MD) error { return nil }
+func (gatewayStream) SetTrailer(metadata.MD) error { return nil }
+
+// httpStatus is the HTTP status of a gRPC code (grpc-gateway's mapping).
+var httpStatus = map[codes.Code]int{
+	codes.OK: http.StatusOK, codes.Canceled: 499, codes.Unknown: http.StatusInternalServerError,
+	codes.InvalidArgument: http.StatusBadRequest, codes.DeadlineExceeded: http.StatusGatewayTimeout,
+	codes.NotFound: http.StatusNotFound, codes.AlreadyExists: http.StatusConflict,
+	codes.PermissionDenied: http.StatusForbidden, codes.Unauthenticated: http.StatusUnauthorized,
+	codes.ResourceExhausted: http.StatusTooManyRequests, codes.FailedPrecondition: http.StatusBadRequest,
+	codes.Aborted: http.StatusConflict, codes.OutOfRange: http.StatusBadRequest,
+	codes.Unimplemented: http.StatusNotImplemented, codes.Internal: http.StatusInternalServerError,
+	codes.Unavailable: http.StatusServiceUnavailable, codes.DataLoss: http.StatusInternalServerError,
+}
+
+// writeStatus writes a refusal in Google's JSON error form, with the HTTP
+// status of its code.
+func writeStatus(w http.ResponseWriter, st *status.Status) {
+	code, ok := httpStatus[st.Code()]
+	if !ok {
+		code = http.StatusInternalServerError
+	}
+	writeError(w, code, st)
+}
+
+// writeError writes st in Google's JSON error form with HTTP status code.
+func writeError(w http.ResponseWriter, code int, st *status.Status) {
+	details := []json.RawMessage{}
+	for _, d := range st.Proto().GetDetails() {
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(d)
+		if err != nil {
+			b, _ = json.Marshal(map[string]string{"@type": d.GetTypeUrl(), "error": err.Error()})
+		}
+		details = append(details, b)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]any{"error": map[string]any{
+		"code": code, "status": rpccode.Code_name[int32(st.Code())], "message": st.Message(), "details": details}})
+}
