@@ -183,3 +183,13 @@ def clients() -> Iterator[Callable[..., fence.Client]]:
     yield make
     for c in made:
         c.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under FENCE_REQUIRE_PYTHON=1 a skipped test is a failed one."""
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    if REQUIRED and rep.skipped:
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped, and FENCE_REQUIRE_PYTHON=1 forbids skipping: {rep.longrepr}"
