@@ -113,9 +113,9 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
     return c
 
 
-def lease_resp(number: int) -> fence_pb2.CreateLeaseResponse:
+def lease_resp(number: int, ttl: int = 30) -> fence_pb2.CreateLeaseResponse:
     r = fence_pb2.CreateLeaseResponse(lease_secret=bytes([number]) * 16, lease_number=number)
-    r.ttl.FromSeconds(30)
+    r.ttl.FromSeconds(ttl)
     return r
 
 
@@ -262,4 +262,19 @@ def test_ack_and_open_while_calls_wait(cluster: FakeCluster) -> None:
     got = {r.name: (r.seq, r.ack, list(r.open)) for _, r in cluster.sent("Acquire")}
     assert got == {"warm": (1, 1, []), "slow1": (2, 2, []), "slow2": (3, 2, []), "x": (4, 2, [3]),
                    "y": (5, 2, [3]), "z": (6, 6, [])}
+    c.close()
+
+
+def test_the_first_deadline_counts_from_create_lease_s_first_attempt(cluster: FakeCluster) -> None:
+    def slow(a: str, r: Any, t: Optional[float]) -> Any:
+        time.sleep(0.3)
+        return lease_resp(1, ttl=3)  # the TTL the server answers counts
+    cluster.on("CreateLease", fail(unavailable()), slow)  # a retry, then a slow answer
+    cluster.on("Acquire", granted(1))
+    c = client(cluster, ["m1:1"], ttl=3.0)  # margin 0.3 s
+    before = time.clock_gettime(time.CLOCK_BOOTTIME)
+    lease = c.lock("a", timeout=5)
+    after = time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert after - before >= 0.3
+    assert before < lease.deadline() <= before + 2.7 + 0.02  # not from the answer: ≥ 0.3 s later
     c.close()

@@ -28,7 +28,11 @@ class FakeCall:
         self.requests: "queue.Queue[fence_pb2.KeepAliveRequest]" = queue.Queue()
         self.answers: "queue.Queue[Union[fence_pb2.KeepAliveResponse, BaseException, None]]" = queue.Queue()
         self.cancelled = threading.Event()
-        threading.Thread(target=lambda: [self.requests.put(r) for r in reqs], daemon=True).start()
+        threading.Thread(target=self._take, args=(reqs,), daemon=True).start()
+
+    def _take(self, reqs: Iterator[fence_pb2.KeepAliveRequest]) -> None:
+        for r in reqs:
+            self.requests.put(r)
 
     def __iter__(self) -> Iterator[fence_pb2.KeepAliveResponse]:
         while True:
