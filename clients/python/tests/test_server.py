@@ -187,7 +187,7 @@ def test_a_clock_jump_past_the_deadline_is_seen_on_the_first_look(server: Server
     clk = Jumpy()
     c = clients([server.grpc], ttl=10, clock=clk)
     lease = c.lock(name(), timeout=10)
-    assert lease.err() is None and 8.9 < lease.time_left() <= 9.0
+    assert lease.err() is None and 8.0 < lease.time_left() <= 9.0
     clk.offset = 9.05  # past sent + ttl − margin (10 − 1): the renewals due meanwhile never ran
     assert isinstance(lease.err(), fence.ExpiredError)  # synchronously, on this first look
     assert lease.done.is_set() and lease.time_left() == 0.0
