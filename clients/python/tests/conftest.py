@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -72,8 +73,10 @@ def fence_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
 class Server:
     """One `fence serve --insecure` process on free loopback ports."""
 
-    def __init__(self, binary: str, data: Path, node_id: str = "node1", extra: tuple[str, ...] = ()) -> None:
-        self.binary, self.data, self.node_id = binary, data, node_id
+    def __init__(self, binary: str, data: Path, node_id: str = "node1", extra: tuple[str, ...] = (),
+                 tls: bool = False) -> None:
+        """tls: the dev setup's TLS (certificates made in <data>/data/tls) instead of --insecure."""
+        self.binary, self.data, self.node_id, self.tls = binary, data, node_id, tls
         self.grpc = f"127.0.0.1:{free_port()}"
         self.metrics = f"127.0.0.1:{free_port()}"
         self.raft = f"127.0.0.1:{free_port()}"
@@ -82,9 +85,9 @@ class Server:
 
     def spawn(self, bootstrap: Optional[str] = None) -> None:
         """Starts the process (a cluster's members all start before any can lead)."""
-        args = [self.binary, "serve", "--insecure", "--node-id", self.node_id, "--data-dir", str(self.data / "data"),
-                "--grpc-addr", self.grpc, "--metrics-addr", self.metrics, "--raft-addr", self.raft,
-                "--log-level", "warn", "--lock-delay", "0", *self.extra]
+        args = [self.binary, "serve", *([] if self.tls else ["--insecure"]), "--node-id", self.node_id,
+                "--data-dir", str(self.data / "data"), "--grpc-addr", self.grpc, "--metrics-addr", self.metrics,
+                "--raft-addr", self.raft, "--log-level", "warn", "--lock-delay", "0", *self.extra]
         if bootstrap:
             args += ["--bootstrap", bootstrap]
         self.data.mkdir(parents=True, exist_ok=True)
@@ -101,11 +104,20 @@ class Server:
 
     def http(self, path: str) -> Optional[str]:
         """GET path on the metrics port; None unless it answers 200."""
+        ctx = None
+        if self.tls:
+            ctx = ssl.create_default_context(cafile=str(self.tls_file("ca.crt"))) if self.tls_file("ca.crt").exists() else None
+            if ctx is None:
+                return None  # the dev CA is not written yet
         try:
-            with urllib.request.urlopen(f"http://{self.metrics}{path}", timeout=1) as r:
+            with urllib.request.urlopen(f"{'https' if self.tls else 'http'}://{self.metrics}{path}", timeout=1,
+                                        context=ctx) as r:
                 return str(r.read().decode()) if r.status == 200 else None
         except OSError:
             return None
+
+    def tls_file(self, name: str) -> Path:
+        return self.data / "data" / "tls" / name
 
     def leads(self) -> bool:
         return self.http("/leaderz") is not None

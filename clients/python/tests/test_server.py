@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 import grpc
@@ -236,6 +237,22 @@ def test_bad_input_is_refused_and_changes_nothing(fresh_server: Server, clients:
     assert c.status("py/ok").holder_lease == 0
     second = c.lock("py/second", timeout=10)  # the next grant's token follows at once: none was made
     assert second.token == token + 1 and second.lease_number == first.lease_number
+
+
+def test_tls_with_the_dev_certificates(fence_bin: str, tmp_path: Path) -> None:
+    s = Server(fence_bin, tmp_path / "tls", tls=True).start()
+    try:
+        until("the node to lead", s.leads, timeout=20)
+        with fence.Client([s.grpc], ca=str(s.tls_file("ca.crt")), cert=str(s.tls_file("client.crt")),
+                          key=str(s.tls_file("client.key"))) as c:
+            with c.lock(name(), timeout=10) as lease:
+                assert lease.token > 0 and lease.signed_token  # the dev setup has a token key
+        with pytest.raises(fence.UnreachableError):
+            fence.Client([s.grpc], insecure=True, connect_timeout=1.0)  # plaintext to a TLS port
+        with pytest.raises(fence.InvalidError, match="only over TLS"):
+            fence.Client([s.grpc], insecure=True, token="t")
+    finally:
+        s.kill()
 
 
 def test_unreachable(clients: Make) -> None:
