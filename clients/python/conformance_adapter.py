@@ -18,6 +18,13 @@ from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+try:
+    import grpc  # noqa: F401
+except ImportError:  # an interpreter without Debian's packages (a pyenv python3 first in PATH, say)
+    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    raise
+
 import fence  # noqa: E402
 
 _out = threading.Lock()
