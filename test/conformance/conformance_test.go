@@ -44,17 +44,31 @@ func adapters(t *testing.T) []adapterCmd {
 	py := filepath.Join(repoRoot(), "clients", "python")
 	script := filepath.Join(py, "conformance_adapter.py")
 	_, statErr := os.Stat(script)
-	probe := exec.Command("python3", "-c", "import grpc, google.protobuf")
+	interp := python()
+	probe := exec.Command(interp, "-c", "import grpc, google.protobuf")
 	switch probeErr := probe.Run(); {
 	case statErr == nil && probeErr == nil:
-		list = append(list, adapterCmd{name: "python", argv: func(testing.TB) []string { return []string{"python3", script} },
+		list = append(list, adapterCmd{name: "python", argv: func(testing.TB) []string { return []string{interp, script} },
 			env: []string{"PYTHONPATH=" + py, "PYTHONUNBUFFERED=1"}})
 	case os.Getenv("FENCE_REQUIRE_PYTHON") == "1":
-		t.Fatalf("FENCE_REQUIRE_PYTHON=1, but the Python client cannot run: adapter %v, python3 with grpc and protobuf: %v (clients/python/run-tests.sh installs them)", statErr, probeErr)
+		t.Fatalf("FENCE_REQUIRE_PYTHON=1, but the Python client cannot run: adapter %v, %s with grpc and protobuf: %v (clients/python/run-tests.sh installs them)", statErr, interp, probeErr)
 	default:
-		t.Logf("skipping the Python client: adapter %v; python3 with grpc and protobuf: %v", statErr, probeErr)
+		t.Logf("skipping the Python client: adapter %v; %s with grpc and protobuf: %v", statErr, interp, probeErr)
 	}
 	return list
+}
+
+// python is the interpreter of the Python client: $PYTHON, else Debian's
+// /usr/bin/python3 (where python3-grpcio installs; a pyenv python3 may come
+// first in PATH), else python3.
+func python() string {
+	if p := os.Getenv("PYTHON"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return "python3"
 }
 
 // faults is what the relay does to the calls that cross it.
