@@ -2,6 +2,11 @@
 
     import fence
 
+    with fence.lock("jobs/nightly") as lease:   # $FENCE_SERVER, the dev certificates
+        run_the_job(fencing_token=lease.token)
+
+or, holding a Client for many locks:
+
     with fence.Client(["127.0.0.1:7300"], insecure=True) as client:
         with client.lock("jobs/nightly", timeout=30) as lease:
             write(data, fencing_token=lease.token)   # pass the token to storage
@@ -15,13 +20,13 @@ CLOCK_BOOTTIME; retries of the same request; leader following. The generated
 gRPC code is in fence.v1.
 """
 
-from .client import Client, Lease, LockInfo, Member
+from .client import Client, Lease, LockInfo, Member, lock
 from .errors import (CallError, ClosedError, ExpiredError, FenceError, IndeterminateError, InvalidError,
                      LeaseAbandonedError, LockedError, LockTimeoutError, LostContactError, ReleasedError,
                      RevokedError, UnreachableError)
 
 __all__ = [
-    "Client", "Lease", "LockInfo", "Member",
+    "Client", "Lease", "LockInfo", "Member", "lock",
     "FenceError", "LockedError", "ExpiredError", "LostContactError", "LeaseAbandonedError", "RevokedError",
     "ReleasedError", "ClosedError", "IndeterminateError", "UnreachableError", "InvalidError",
     "LockTimeoutError", "CallError",

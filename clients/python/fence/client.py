@@ -5,13 +5,14 @@ README.md beside this package for how each maps to the code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
 import threading
 import time
 from types import TracebackType
-from typing import Callable, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 import grpc
 
@@ -473,3 +474,30 @@ def _lock_info(i: fence_pb2.LockInfo) -> LockInfo:
     return LockInfo(i.name, i.holder_lease_number, i.holder_owner, i.token, seconds(i.ttl_left), i.waiters,
                     i.delayed, seconds(i.lock_delay))
 
+
+
+@contextlib.contextmanager
+def lock(name: str, *, servers: Union[Sequence[str], str, None] = None, wait: bool = True,
+         timeout: Optional[float] = None, **client_options: Any) -> Iterator[Lease]:
+    """The one-line form: ``with fence.lock("jobs/nightly") as lease:``.
+
+    Dials servers (default: $FENCE_SERVER, comma-separated, else
+    127.0.0.1:7300) as the fence CLI does: with the certificates of
+    $FENCE_CA, $FENCE_CERT and $FENCE_KEY, else the dev setup's in
+    ./fence-data/tls when they exist; client_options go to Client (they
+    override those). Takes the lock (Client.lock's wait and timeout), and on
+    leaving the block releases it and closes the client, which revokes its
+    lease. Inside, check lease.err() before each step that must not outlive
+    the lock, and pass lease.token to the storage you write."""
+    if servers is None:
+        servers = os.environ.get("FENCE_SERVER") or "127.0.0.1:7300"
+    opts: dict[str, Any] = {}
+    dev = os.path.join("fence-data", "tls")
+    for opt, env, dev_file in (("ca", "FENCE_CA", "ca.crt"), ("cert", "FENCE_CERT", "client.crt"), ("key", "FENCE_KEY", "client.key")):
+        path = os.environ.get(env) or os.path.join(dev, dev_file)
+        if os.path.exists(path):
+            opts[opt] = path
+    opts.update(client_options)
+    with Client(servers, **opts) as client:
+        with client.lock(name, wait=wait, timeout=timeout) as lease:
+            yield lease

@@ -37,6 +37,23 @@ def test_lock_and_release(server: Server, clients: Make) -> None:
     lease.release()  # a second release is a no-op
 
 
+def test_the_one_line_form(server: Server, clients: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    """with fence.lock(name) as lease: dials $FENCE_SERVER, holds the lock in
+    the block, and releases it (and revokes the lease) on leaving."""
+    monkeypatch.setenv("FENCE_SERVER", server.grpc)
+    watcher = clients([server.grpc])
+    n = name()
+    with fence.lock(n, insecure=True, owner="one-liner", timeout=10) as lease:
+        assert lease.err() is None and lease.token > 0
+        info = watcher.status(n)
+        assert (info.holder_lease, info.holder_owner, info.token) == (lease.lease_number, "one-liner", lease.token)
+    assert lease.done.is_set() and lease.err() is not None
+    assert not watcher.status(n).held
+    with pytest.raises(fence.InvalidError):
+        with fence.lock("", insecure=True):
+            pass
+
+
 def test_try_lock_on_a_held_lock_names_the_holder(server: Server, clients: Make) -> None:
     a, b = clients([server.grpc], owner="holder-a"), clients([server.grpc], owner="holder-b")
     n = name()
