@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"maps"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,27 +13,59 @@ import (
 // could not (a member not yet added, a proposal that failed).
 const addrRetry = time.Second
 
-// addrBook holds the client (gRPC) addresses that peers gave in their raft
-// stream handshakes, until the leader has recorded them in the replicated
-// state (fsm KindSetNode), where every member reads them: to send clients
-// to the leader, and to name every member's address in Members.
+// addrBook holds the client (gRPC) addresses that peers gave in the
+// handshakes of their open raft streams to this node (an address is
+// forgotten when its stream ends), for this node to record, when it leads,
+// in the replicated state (fsm KindSetNode), where every member reads them:
+// to send clients to the leader, and to name every member's address in
+// Members.
 type addrBook struct {
 	mu      sync.Mutex
-	peers   map[uint64]string // raft id → client address, as last said
+	peers   map[uint64]heard  // raft id → client address, as its open stream said
+	refused map[string]string // member → the address last logged as unrecordable
+	streams uint64            // streams that have said an address
 	changed chan struct{}     // buffered 1: an address changed, or this node began to lead
 }
 
 func newAddrBook() *addrBook {
-	return &addrBook{peers: map[uint64]string{}, changed: make(chan struct{}, 1)}
+	return &addrBook{peers: map[uint64]heard{}, refused: map[string]string{}, changed: make(chan struct{}, 1)}
+}
+
+// heard is one stream's word for a peer's address.
+type heard struct {
+	addr   string
+	stream uint64 // which stream said it (addrBook.streams)
 }
 
 // heard notes what peer id said its client address is (transport
-// callback).
-func (b *addrBook) heard(id uint64, addr string) {
+// callback), until the stream that said it ends: then the address may be
+// a process's that is gone, and a leader to come must not record it.
+func (b *addrBook) heard(id uint64, addr string) (ended func()) {
 	b.mu.Lock()
-	b.peers[id] = addr
+	b.streams++
+	h := heard{addr, b.streams}
+	b.peers[id] = h
 	b.mu.Unlock()
 	b.poke()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.peers[id] == h { // not said again by a newer stream
+			delete(b.peers, id)
+		}
+	}
+}
+
+// refusedOnce logs, once per member and address, that the address cannot
+// be recorded (clients are not sent there, and Members does not name it).
+func (b *addrBook) refusedOnce(log *slog.Logger, member, addr string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.refused[member] == addr {
+		return
+	}
+	b.refused[member] = addr
+	log.Warn("a member's client address cannot be recorded; clients will not be sent there", "member", member, "address", addr, "err", err)
 }
 
 func (b *addrBook) poke() {
@@ -72,10 +104,12 @@ func (n *Node) recordAddrs(ctx context.Context) {
 // recorded (an address of a node not yet a member waits for it to be
 // added).
 func (n *Node) recordMissingAddrs(ctx context.Context) bool {
+	want := map[uint64]string{n.id: n.cfg.ClientAddr}
 	n.addrs.mu.Lock()
-	want := maps.Clone(n.addrs.peers)
+	for id, h := range n.addrs.peers {
+		want[id] = h.addr
+	}
 	n.addrs.mu.Unlock()
-	want[n.id] = n.cfg.ClientAddr
 	names := map[uint64]string{}
 	for _, m := range n.group.memberList() {
 		names[m.ID] = m.Name
@@ -91,8 +125,12 @@ func (n *Node) recordMissingAddrs(ctx context.Context) bool {
 			}
 			known, _ := st.NodeAddr(name)
 			cmd := fsm.Command{Kind: fsm.KindSetNode, Name: name, Addr: addr}
-			if addr == "" || known == addr || validate(&cmd) != nil {
-				continue // nothing to record, or nothing that can be
+			if addr == "" || known == addr {
+				continue // nothing to record
+			}
+			if err := validate(&cmd); err != nil {
+				n.addrs.refusedOnce(n.log, name, addr, err)
+				continue
 			}
 			cmds = append(cmds, cmd)
 		}

@@ -118,6 +118,10 @@ type Node struct {
 	addrs    *addrBook   // members' client addresses, for the leader to record
 	audit    *audit.Log  // nil unless Config.AuditFile is set
 	led      atomic.Bool // this node has led (read only by a planted bug)
+	// leaderEnd is closed when this node's leadership ends (closed while it
+	// does not lead); see LeadershipEnds.
+	leaderMu  sync.Mutex
+	leaderEnd chan struct{}
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -365,6 +369,14 @@ func randomUint64() uint64 {
 // leadership runs on the apply path when this node starts leading with the
 // whole log applied, or stops.
 func (n *Node) leadership(leading bool) {
+	n.leaderMu.Lock()
+	if leading {
+		n.leaderEnd = make(chan struct{})
+	} else if n.leaderEnd != nil {
+		close(n.leaderEnd)
+		n.leaderEnd = nil
+	}
+	n.leaderMu.Unlock()
 	if !leading {
 		n.lessor.deactivate()
 		return
@@ -456,6 +468,20 @@ func (n *Node) applied(index uint64, cmds []fsm.Command, results []fsm.Result) {
 
 // Ready reports whether this node leads and has applied every earlier
 // entry: it accepts commands and reads.
+// LeadershipEnds returns a channel that is closed when this node's
+// current leadership ends, or at once if it does not lead: a stream served
+// only by a leader (KeepAlive) ends with it, even while idle.
+func (n *Node) LeadershipEnds() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if n.leaderEnd == nil {
+		ended := make(chan struct{})
+		close(ended)
+		return ended
+	}
+	return n.leaderEnd
+}
+
 func (n *Node) Ready() bool {
 	return n.group != nil && n.group.status.Load().leading && n.lessor.isActive()
 }

@@ -165,6 +165,8 @@ func (c *Config) checkAdvertised() []error {
 			errs = append(errs, fmt.Errorf("%s %q: give host:port, with a host or IP the other nodes can dial and a port 1-65535", a.flag, a.addr))
 		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 			errs = append(errs, fmt.Errorf("%s %q: %s is every interface, not an address anyone can dial; give this node's own host name or IP", a.flag, a.addr, host))
+		} else if err := fsm.ValidName(a.flag, a.addr); err != nil { // the replicated state records it
+			errs = append(errs, err)
 		}
 	}
 	unspecified := func(addr string) bool {

@@ -88,6 +88,7 @@ func FuzzGateway(f *testing.F) {
 	f.Add(uint8(1), []byte(`{"lease_secret": "AQID", "seq": "18446744073709551615"}`), "")
 	f.Add(uint8(9), []byte(`{"name": "\u0000", "token": -1}`), "-1s")
 	f.Add(uint8(5), []byte("\xff{"), "1h1s")
+	f.Add(uint8(16), []byte("0"), "") // /v1/../x: no redirect, a JSON refusal
 	f.Fuzz(func(t *testing.T, call uint8, body []byte, timeout string) {
 		url := "/v1/" + calls[int(call)%len(calls)]
 		if timeout != "" {

@@ -38,8 +38,14 @@ import (
 // JSON error form: {"error": {"code": <HTTP>, "status": "<gRPC code>",
 // "message": …, "details": [{"@type": …, …}]}}.
 
-// gatewayMaxBody bounds a request body: the gRPC port's message limit.
-const gatewayMaxBody = fsm.MaxValueLen + 64<<10
+// gatewayMaxBody bounds a request body: a Put of the largest value, in
+// base64 (4 bytes per 3), and room for the rest.
+const gatewayMaxBody = (fsm.MaxValueLen+2)/3*4 + 64<<10
+
+// gatewayBodyTimeout bounds the time to send the headers and the body, so
+// an unfinished request (read before anyone is judged) cannot hold a
+// connection: the gRPC port's 10 s for a handshake.
+const gatewayBodyTimeout = 10 * time.Second
 
 // gatewayMaxTimeout bounds ?timeout= (a waiting Acquire's deadline).
 const gatewayMaxTimeout = time.Hour
@@ -59,11 +65,13 @@ func (s *Server) gateway(svc *service) http.Handler {
 	}
 	names = append(names, "KeepAlive")
 	slices.Sort(names)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		call := strings.TrimPrefix(r.URL.Path, "/v1/")
+	// A browser's cross-site POST (a form or text/plain fetch, sent
+	// without asking first) is refused: on a plaintext loopback gateway the
+	// admin rule would otherwise let any web page make admin calls.
+	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, under := strings.CutPrefix(r.URL.Path, "/v1/")
 		m, isUnary := unary[call]
-		if !isUnary && call != "KeepAlive" {
+		if !under || (!isUnary && call != "KeepAlive") {
 			writeStatus(w, status.Newf(codes.Unimplemented, "no call %q: POST /v1/<call> with one of %s (Backup: use fence snapshot save)", call, strings.Join(names, ", ")))
 			return
 		}
@@ -95,18 +103,20 @@ func (s *Server) gateway(svc *service) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(append(out, '\n'))
-	})
-	return mux
+	}))
 }
 
 // gatewayRequest reads the body and builds the call's context: the
 // caller's TLS state and address (peer), its Authorization headers (the
 // "authorization" metadata), the method, and ?timeout= as its deadline.
 func gatewayRequest(w http.ResponseWriter, r *http.Request, method string) (context.Context, context.CancelFunc, []byte, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(gatewayBodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gatewayMaxBody))
-	if err != nil {
-		return nil, nil, nil, status.Errorf(codes.InvalidArgument, "reading the body: %v (at most %d bytes)", err, gatewayMaxBody)
+	if err != nil { // the deadline stays: the connection is dropped
+		return nil, nil, nil, status.Errorf(codes.InvalidArgument, "reading the body: %v (at most %d bytes, within %v)", err, gatewayMaxBody, gatewayBodyTimeout)
 	}
+	_ = rc.SetReadDeadline(time.Time{}) // a waiting Acquire may take long; the body is in
 	ctx, cancel := r.Context(), context.CancelFunc(func() {})
 	if t := r.URL.Query().Get("timeout"); t != "" {
 		d, err := time.ParseDuration(t)

@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -32,7 +31,6 @@ import (
 	"github.com/fencehq/fence/internal/node"
 	"github.com/fencehq/fence/internal/pki"
 	"github.com/fencehq/fence/internal/server"
-	"github.com/fencehq/fence/internal/transport/transportpb"
 )
 
 // rt19Post posts body to url with the headers h and returns the status and
@@ -449,64 +447,5 @@ func TestRedteam19UnrecordableAdvertisedAddressIsSilent(t *testing.T) {
 	}
 	if got != addr && !warned {
 		t.Fatalf("advertised client address of %d bytes: the node started, Members names %q for it, and its log says nothing about it:\n%s", len(addr), got, logs.String())
-	}
-}
-
-// FINDING (low; plaintext clusters only): one handshake frame on the raft
-// port, from anyone who can reach it, makes the leader record any
-// member's client address as the sender pleases: the handshake's From is
-// not authenticated without TLS, and recordAddrs takes "as last said".
-// No raft message is sent, so nothing in raft notices (injecting raft
-// messages instead would disturb terms). Followers then send clients
-// (their lease secrets, their calls) to the attacker whenever that member
-// leads, and Members names the attacker's address. --insecure already
-// warns that anyone can take and watch locks; this makes the redirect
-// silent and lasting (until the member's next stream handshake).
-// Fix: without TLS, accept a peer's client address only from a stream
-// whose remote IP is that member's recorded raft address's host, or let
-// each node record its own address only (the old announce, made by each
-// node when it is leader, plus a SetNode proposed through the leader by a
-// follower's own gRPC call).
-func TestRedteam19PlaintextHandshakeRecordsAnotherMembersAddress(t *testing.T) {
-	c := locktest.NewCluster(t, 3)
-	leader := c.Leader()
-	var victim *locktest.Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			victim = n
-			break
-		}
-	}
-	real := victim.Server.GRPCAddr()
-	for range 300 {
-		if rt19Addrs(t, leader.Server)[victim.ID] == real {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	conn, err := net.DialTimeout("tcp", leader.Server.RaftAddr(), 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	hello, _ := proto.Marshal(&transportpb.Batch{ClusterId: c.ClusterID(), From: node.RaftID(victim.ID), To: node.RaftID(leader.ID), ClientAddr: "evil.example:7300"})
-	frame := append([]byte("FNCRAFT1M"), byte(len(hello)>>24), byte(len(hello)>>16), byte(len(hello)>>8), byte(len(hello)))
-	if _, err := conn.Write(append(frame, hello...)); err != nil {
-		t.Fatal(err)
-	}
-	var hdr [4]byte
-	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		t.Fatalf("no answer to the handshake: %v", err)
-	}
-	got := ""
-	for range 200 {
-		if got = rt19Addrs(t, leader.Server)[victim.ID]; got == "evil.example:7300" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got != real {
-		t.Fatalf("one plaintext handshake claiming to be %s made the leader record %s's client address as %q (it is %s)", victim.ID, victim.ID, got, real)
 	}
 }

@@ -260,7 +260,7 @@ func (s *Server) open() (err error) {
 		}
 		// No ReadTimeout or WriteTimeout: a waiting Acquire is answered when
 		// the lock is granted (its ?timeout= bounds it).
-		s.gw = &http.Server{Handler: s.gateway(svc), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+		s.gw = &http.Server{Handler: s.gateway(svc), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 		go s.gw.Serve(s.gwLis)
 	}

@@ -105,8 +105,11 @@ type renewal struct {
 func (v *service) KeepAlive(stream api.FenceService_KeepAliveServer) error {
 	ctx, cancel := context.WithCancel(stream.Context()) // ends the intake and a round when the handler returns
 	defer cancel()
-	k := &keepAlive{v: v, stream: stream, ctx: ctx, cancel: cancel,
+	k := &keepAlive{v: v, stream: stream, ctx: ctx, cancel: cancel, deposed: v.s.node.LeadershipEnds(),
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, maxRenewalsInFlight)}
+	if planted.DeposedRenewal { // planted: a deposed leader goes on (the node answers from memory)
+		k.deposed = nil
+	}
 	go k.intake()
 	return k.rounds()
 }
@@ -114,12 +117,13 @@ func (v *service) KeepAlive(stream api.FenceService_KeepAliveServer) error {
 // keepAlive is one KeepAlive stream's state, shared by its intake and its
 // rounds.
 type keepAlive struct {
-	v      *service
-	stream api.FenceService_KeepAliveServer
-	ctx    context.Context
-	cancel context.CancelFunc
-	slots  chan struct{} // a token per renewal queued or in a round: at most maxRenewalsInFlight
-	wake   chan struct{} // the intake queued something, half-closed or failed
+	v       *service
+	stream  api.FenceService_KeepAliveServer
+	ctx     context.Context
+	cancel  context.CancelFunc
+	slots   chan struct{}   // a token per renewal queued or in a round: at most maxRenewalsInFlight
+	wake    chan struct{}   // the intake queued something, half-closed or failed
+	deposed <-chan struct{} // closed when this node's leadership ends: the stream ends with NotLeader
 
 	mu      sync.Mutex
 	pending []renewal // queued for the next round
@@ -194,6 +198,8 @@ func (k *keepAlive) rounds() error {
 	for {
 		select {
 		case <-k.wake:
+		case <-k.deposed:
+			return k.v.s.notLeader()
 		case <-k.ctx.Done():
 			if err := k.failure(); err != nil {
 				return err

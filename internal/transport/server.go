@@ -43,7 +43,7 @@ type receiver struct {
 	localID   uint64
 	deliver   func(*raftpb.Message)
 	authorize func(from uint64, cert *x509.Certificate) error // Config.AuthorizePeer
-	peerAddr  func(from uint64, addr string)                  // Config.PeerClientAddr
+	peerAddr  func(from uint64, addr string) (ended func())   // Config.PeerClientAddr
 	log       *slog.Logger
 
 	mu       sync.Mutex
@@ -146,7 +146,7 @@ func (r *receiver) receiveMessages(c net.Conn, br *bufio.Reader, bw *bufio.Write
 			accepted, from = true, b.GetFrom()
 			r.log.Debug("raft stream from peer accepted", "from", from, "remote", c.RemoteAddr().String())
 			if addr := b.GetClientAddr(); addr != "" && r.peerAddr != nil {
-				r.peerAddr(from, addr)
+				defer r.peerAddr(from, addr)()
 			}
 		}
 		for _, m := range msgs {

@@ -93,8 +93,9 @@ type Config struct {
 	ClientAddr string
 	// PeerClientAddr, if set, is called with a peer's client address when a
 	// message stream from it is accepted (its handshake named one), from
-	// the goroutine serving that stream.
-	PeerClientAddr func(from uint64, addr string)
+	// the goroutine serving that stream; the function it returns is called
+	// when that stream ends (the address may be a process's that is gone).
+	PeerClientAddr func(from uint64, addr string) (ended func())
 	// Log receives the transport's log; nil means slog.Default().
 	Log *slog.Logger
 
