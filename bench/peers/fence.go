@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/internal/bench"
 	"github.com/fencehq/fence/internal/pki"
@@ -105,6 +107,10 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration, how Fen
 		}
 		f.http = &http.Client{Transport: &http.Transport{TLSClientConfig: f.TLS}}
 	}
+	// A fence from before the fence.v1 cut serves the API as /fence.v1.Fence/.
+	if exe, err := os.ReadFile(bin); err == nil && !bytes.Contains(exe, []byte(api.FenceService_ServiceDesc.ServiceName)) {
+		f.Service = "/fence.v1.Fence/"
+	}
 	// A fence from before TLS has no --insecure: it serves plaintext anyway.
 	help, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
 	hasTLS := strings.Contains(string(help), "--insecure")
@@ -154,7 +160,7 @@ func StartFence(bin, dir string, nodes, basePort int, ttl time.Duration, how Fen
 	if f.TLS != nil {
 		sec = client.WithTLS(f.TLS)
 	}
-	c, err := client.Dial(ctx, f.Servers, sec)
+	c, err := client.Dial(ctx, f.Servers, sec, client.WithDialOptions(f.DialOptions()...))
 	if err != nil {
 		f.Stop()
 		return nil, err

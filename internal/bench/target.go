@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -71,6 +72,31 @@ type Fence struct {
 	// TLS is the client's TLS config (a client certificate of the
 	// cluster's CA); nil talks plaintext to servers started with --insecure.
 	TLS *tls.Config
+	// Service is the path prefix the servers serve the API under, when it
+	// is not this fence's (/fence.v1.FenceService/): a fence from before the
+	// fence.v1 cut serves /fence.v1.Fence/, with messages of the same field
+	// numbers, so the calls are renamed on the way (an earlier fence
+	// measured in the same run).
+	Service string
+}
+
+// DialOptions are the gRPC options every connection to the servers needs:
+// none, or a renaming of every call's service to f.Service.
+func (f Fence) DialOptions() []grpc.DialOption {
+	if f.Service == "" {
+		return nil
+	}
+	rename := func(method string) string {
+		return strings.Replace(method, "/"+api.FenceService_ServiceDesc.ServiceName+"/", f.Service, 1)
+	}
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoke(ctx, rename(method), req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, stream grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return stream(ctx, desc, cc, rename(method), opts...)
+		}),
+	}
 }
 
 // Name returns "fence".
@@ -82,7 +108,7 @@ func (f Fence) Locker(ctx context.Context, _ int) (Locker, error) {
 	if f.TLS != nil {
 		sec = client.WithTLS(f.TLS)
 	}
-	c, err := client.Dial(ctx, f.Servers, sec, client.WithTTL(f.TTL), client.WithLockDelay(0))
+	c, err := client.Dial(ctx, f.Servers, sec, client.WithTTL(f.TTL), client.WithLockDelay(0), client.WithDialOptions(f.DialOptions()...))
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +233,7 @@ func (f Fence) dial(addr string) (*grpc.ClientConn, error) {
 	if f.TLS != nil {
 		creds = credentials.NewTLS(f.TLS.Clone())
 	}
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+	return grpc.NewClient(addr, append(f.DialOptions(), grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))...)
 }
 
 // newRequestID returns the 16 random bytes every mutating call carries.
