@@ -64,6 +64,8 @@ func (s *Server) gateway(svc *service) http.Handler {
 		names = append(names, m.MethodName)
 	}
 	names = append(names, "KeepAlive")
+	streams := api.FenceService_ServiceDesc.Streams
+	keepAlive := streams[slices.IndexFunc(streams, func(d grpc.StreamDesc) bool { return d.StreamName == "KeepAlive" })].Handler
 	slices.Sort(names)
 	// A browser's cross-site POST (a form or text/plain fetch, sent
 	// without asking first) is refused: on a plaintext loopback gateway the
@@ -90,7 +92,7 @@ func (s *Server) gateway(svc *service) http.Handler {
 		if isUnary {
 			resp, err = m.Handler(svc, ctx, decodeJSON(body), s.unaryAuth)
 		} else {
-			resp, err = s.renewOnce(ctx, svc, body)
+			resp, err = s.renewOnce(ctx, svc, keepAlive, body)
 		}
 		if err != nil {
 			writeStatus(w, status.Convert(err))
@@ -161,15 +163,14 @@ func decodeJSON(body []byte) func(any) error {
 // renewOnce renews one lease (a KeepAliveRequest in body) through the
 // KeepAlive handler and its interceptor, on a stream that carries that one
 // request and is half-closed after it.
-func (s *Server) renewOnce(ctx context.Context, svc *service, body []byte) (*api.KeepAliveResponse, error) {
+func (s *Server) renewOnce(ctx context.Context, svc *service, keepAlive grpc.StreamHandler, body []byte) (*api.KeepAliveResponse, error) {
 	req := new(api.KeepAliveRequest)
 	if err := decodeJSON(body)(req); err != nil {
 		return nil, err
 	}
 	st := &oneRenewal{ctx: ctx, req: req}
-	desc := api.FenceService_ServiceDesc.Streams[slices.IndexFunc(api.FenceService_ServiceDesc.Streams, func(d grpc.StreamDesc) bool { return d.StreamName == "KeepAlive" })]
 	info := &grpc.StreamServerInfo{FullMethod: api.FenceService_KeepAlive_FullMethodName, IsClientStream: true, IsServerStream: true}
-	if err := s.streamAuth(svc, st, info, desc.Handler); err != nil {
+	if err := s.streamAuth(svc, st, info, keepAlive); err != nil {
 		return nil, err
 	}
 	if st.resp == nil {

@@ -27,6 +27,20 @@ func directClient(t *testing.T, n *locktest.Node) api.FenceServiceClient {
 	return api.NewFenceServiceClient(conn)
 }
 
+// renewing opens a KeepAlive stream on cli and sends one renewal (seq 1)
+// of the lease with secret.
+func renewing(t *testing.T, ctx context.Context, cli api.FenceServiceClient, secret []byte) api.FenceService_KeepAliveClient {
+	t.Helper()
+	stream, err := cli.KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: secret, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
 // TestNotReadyRefusesCalls: a node that does not lead refuses commands and
 // linearizable reads with UNAVAILABLE (naming the leader), instead of
 // answering from its own, possibly stale, state.
@@ -57,13 +71,7 @@ func TestNotReadyRefusesCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := cli.KeepAlive(cctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: 1}); err != nil {
-		t.Fatal(err)
-	}
+	stream := renewing(t, cctx, cli, lease.LeaseSecret)
 	resp, err := stream.Recv()
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("renewal on a node that is not ready: answer %v, error %v; want the stream ended with UNAVAILABLE", resp, err)

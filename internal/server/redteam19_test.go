@@ -206,13 +206,7 @@ func TestRedteam19KeepAliveOnADeposedLeaderStaysOpenWhileIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := cli.KeepAlive(cctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&api.KeepAliveRequest{LeaseSecret: lease.LeaseSecret, Seq: 1}); err != nil {
-		t.Fatal(err)
-	}
+	stream := renewing(t, cctx, cli, lease.LeaseSecret)
 	if r, err := stream.Recv(); err != nil || !r.Ok {
 		t.Fatalf("first renewal: %v %v", r, err)
 	}
