@@ -61,7 +61,13 @@ func TestAttackSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	keyFile, verifier := newTokenKey(t)
-	c := locktest.NewCluster(t, 3, certs.Serve, func(cfg *server.Config) { cfg.PolicyFile, cfg.TokenKeyFile = policyFile, keyFile })
+	// The attacks go to the leader's address: elections of a second (not the
+	// test default of 50 ms) keep it leading on a loaded machine, so every
+	// refusal is the one under test, never NotLeader.
+	c := locktest.NewCluster(t, 3, certs.Serve, func(cfg *server.Config) {
+		cfg.PolicyFile, cfg.TokenKeyFile = policyFile, keyFile
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 100*time.Millisecond, time.Second
+	})
 	leader := c.Leader()
 	addr, raftAddr := leader.Server.GRPCAddr(), leader.Server.RaftAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
