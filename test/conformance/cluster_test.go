@@ -22,7 +22,6 @@ import (
 
 // member is one `fence serve --insecure` process.
 type member struct {
-	t                   testing.TB
 	id, dir             string
 	grpc, metrics, raft string
 	args                []string
@@ -40,7 +39,7 @@ func newCluster(t testing.TB, n int) *cluster {
 	c := &cluster{t: t}
 	var peers []string
 	for i := range n {
-		m := &member{t: t, id: "n" + strconv.Itoa(i+1), dir: t.TempDir(), grpc: proctest.FreeAddr(t), metrics: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
+		m := &member{id: "n" + strconv.Itoa(i+1), dir: t.TempDir(), grpc: proctest.FreeAddr(t), metrics: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
 		conn, err := grpc.NewClient(m.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -54,23 +53,42 @@ func newCluster(t testing.TB, n int) *cluster {
 		m.args = []string{"serve", "--insecure", "--node-id", m.id, "--bootstrap", strings.Join(peers, ","),
 			"--data-dir", filepath.Join(m.dir, "data"), "--grpc-addr", m.grpc, "--metrics-addr", m.metrics,
 			"--raft-addr", m.raft, "--log-level", "warn"}
-		m.start()
+		m.start(t)
 	}
 	c.leader()
 	return c
 }
 
-func (m *member) start() {
-	m.t.Helper()
-	m.cmd = exec.Command(proctest.Binary(m.t, "github.com/fencehq/fence/cmd/fence"), m.args...)
+// on returns the cluster as seen by t (a scenario's subtest), so that a
+// failure it finds ends that subtest, not the test that made the cluster.
+func (c *cluster) on(t testing.TB) *cluster {
+	return &cluster{t: t, members: c.members}
+}
+
+// logTails prints the end of every member's log, for a failure's reader.
+func (c *cluster) logTails(t testing.TB) {
+	for _, m := range c.members {
+		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
+		if err != nil {
+			t.Logf("%s: no log: %v", m.id, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		t.Logf("%s: the last %d lines of its log:\n%s", m.id, min(len(lines), 40), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
+}
+
+func (m *member) start(t testing.TB) {
+	t.Helper()
+	m.cmd = exec.Command(proctest.Binary(t, "github.com/fencehq/fence/cmd/fence"), m.args...)
 	log, err := os.OpenFile(filepath.Join(m.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		m.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer log.Close()
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	if err := m.cmd.Start(); err != nil {
-		m.t.Fatal(err)
+		t.Fatal(err)
 	}
 }
 
@@ -96,22 +114,22 @@ func (m *member) get(path string) (string, bool) {
 }
 
 // metric reads one unlabelled metric of the member.
-func (m *member) metric(name string) float64 {
-	m.t.Helper()
+func (m *member) metric(t testing.TB, name string) float64 {
+	t.Helper()
 	body, ok := m.get("/metrics")
 	if !ok {
-		m.t.Fatalf("%s: no metrics", m.id)
+		t.Fatalf("%s: no metrics", m.id)
 	}
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				m.t.Fatalf("%s: metric %s: %v", m.id, line, err)
+				t.Fatalf("%s: metric %s: %v", m.id, line, err)
 			}
 			return f
 		}
 	}
-	m.t.Fatalf("%s: no metric %s", m.id, name)
+	t.Fatalf("%s: no metric %s", m.id, name)
 	return 0
 }
 

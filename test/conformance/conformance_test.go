@@ -183,7 +183,12 @@ func newEnv(t *testing.T, c *cluster, a adapterCmd) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	return &env{t: t, c: c, f: f, ad: a.start(t, r.Addrs())}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.logTails(t)
+		}
+	})
+	return &env{t: t, c: c.on(t), f: f, ad: a.start(t, r.Addrs())}
 }
 
 // TestConformance runs every scenario against every adapter.

@@ -77,14 +77,14 @@ func (e *env) direct(ttl time.Duration) *client.Client {
 // grant the server made, and the server made one.
 func lostAcquireReply(e *env) {
 	leader := e.c.leader()
-	grants := leader.metric("fence_grants_total")
+	grants := leader.metric(e.t, "fence_grants_total")
 	e.f.loseNext(api.FenceService_Acquire_FullMethodName)
 	got := e.ad.lock("lost-acquire", 5*time.Second)
 	if n := e.f.seen(api.FenceService_Acquire_FullMethodName); n < 2 {
 		e.t.Fatalf("the relay saw %d Acquire calls; the lost reply should have made the client retry", n)
 	}
 	e.held("lost-acquire", got.LeaseNumber, got.Token)
-	if after := leader.metric("fence_grants_total"); after != grants+1 {
+	if after := leader.metric(e.t, "fence_grants_total"); after != grants+1 {
 		e.t.Fatalf("the server made %v grants for one lock call", after-grants)
 	}
 	e.ad.release("lost-acquire")
@@ -96,14 +96,14 @@ func lostAcquireReply(e *env) {
 // acts once — one lease, one grant, released, revoked.
 func lostReplyOfEveryMutatingCall(e *env) {
 	leader := e.c.leader()
-	leases, grants := leader.metric("fence_active_leases"), leader.metric("fence_grants_total")
+	leases, grants := leader.metric(e.t, "fence_active_leases"), leader.metric(e.t, "fence_grants_total")
 	for _, m := range []string{api.FenceService_CreateLease_FullMethodName, api.FenceService_Acquire_FullMethodName,
 		api.FenceService_Release_FullMethodName, api.FenceService_Revoke_FullMethodName} {
 		e.f.loseNext(m)
 	}
 	got := e.ad.lock("lost-every", 5*time.Second)
 	e.held("lost-every", got.LeaseNumber, got.Token)
-	if n := leader.metric("fence_active_leases"); n != leases+1 {
+	if n := leader.metric(e.t, "fence_active_leases"); n != leases+1 {
 		e.t.Fatalf("%v leases were created for one lock call", n-leases)
 	}
 	e.ad.release("lost-every")
@@ -117,14 +117,14 @@ func lostReplyOfEveryMutatingCall(e *env) {
 			e.t.Errorf("the relay saw %d calls of %s; its lost reply should have made the client retry", n, m)
 		}
 	}
-	if n := leader.metric("fence_grants_total"); n != grants+1 {
+	if n := leader.metric(e.t, "fence_grants_total"); n != grants+1 {
 		e.t.Fatalf("%v grants for one lock call", n-grants)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for leader.metric("fence_active_leases") != leases && time.Now().Before(deadline) {
+	for leader.metric(e.t, "fence_active_leases") != leases && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := leader.metric("fence_active_leases"); n != leases {
+	if n := leader.metric(e.t, "fence_active_leases"); n != leases {
 		e.t.Fatalf("after close, %v leases live on (the revoke was not retried)", n-leases)
 	}
 }
@@ -185,7 +185,7 @@ func (c *cluster) killLeader() {
 	old := c.leader()
 	old.kill()
 	c.leader()
-	old.start()
+	old.start(c.t)
 }
 
 // leaderChangeWhileHolding: renewals follow the leader (§2, §6), so a
