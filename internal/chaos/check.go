@@ -386,6 +386,7 @@ func (r *Report) linearizable(name string, model porcupine.Model, h *history, ou
 		}
 	}
 	var vs []Violation
+	var deadline time.Time
 	for _, part := range parts {
 		ops := make([]porcupine.Operation, len(part))
 		orig := make([]*Op, len(part))
@@ -400,15 +401,24 @@ func (r *Report) linearizable(name string, model porcupine.Model, h *history, ou
 			r.Inconclusive = append(r.Inconclusive, fmt.Sprintf("%s %s: %d operations, no answer within %v", name, orig[0].Lock, len(ops), porcupineTimeout))
 			continue
 		}
-		n := shortestFailingPrefix(model, ops)
-		_, info := porcupine.CheckOperationsVerbose(model, ops[:n], porcupineTimeout)
+		// Shortening the histories and drawing them share one more
+		// porcupineTimeout, over all partitions: a run's checks end in
+		// bounded time.
+		if deadline.IsZero() {
+			deadline = time.Now().Add(porcupineTimeout)
+		}
+		n := shortestFailingPrefix(model, ops, deadline)
 		v := Violation{Check: name + " is linearizable", Detail: fmt.Sprintf("%s: the first %d of %d operations already admit no legal order", orig[0].Lock, n, len(ops)), Ops: orig[:n]}
-		path := filepath.Join(outDir, fmt.Sprintf("violation-%s-%s.html", slug(name), orig[0].Lock))
-		if f, err := os.Create(path); err == nil {
-			if porcupine.Visualize(model, info, f) == nil {
-				v.HTML = path
+		if left := time.Until(deadline); left > 0 {
+			if res, info := porcupine.CheckOperationsVerbose(model, ops[:n], left); res == porcupine.Illegal {
+				path := filepath.Join(outDir, fmt.Sprintf("violation-%s-%s.html", slug(name), orig[0].Lock))
+				if f, err := os.Create(path); err == nil {
+					if porcupine.Visualize(model, info, f) == nil {
+						v.HTML = path
+					}
+					f.Close()
+				}
 			}
-			f.Close()
 		}
 		vs = append(vs, v)
 	}
@@ -416,12 +426,18 @@ func (r *Report) linearizable(name string, model porcupine.Model, h *history, ou
 }
 
 // shortestFailingPrefix binary-searches the shortest prefix (ops are sorted
-// by call time) that is not linearizable; the whole history is.
-func shortestFailingPrefix(model porcupine.Model, ops []porcupine.Operation) int {
+// by call time) that is not linearizable; the whole history is. At the
+// deadline it returns the shortest failing prefix found so far (hi is
+// always one).
+func shortestFailingPrefix(model porcupine.Model, ops []porcupine.Operation, deadline time.Time) int {
 	lo, hi := 1, len(ops)
 	for lo < hi {
+		left := time.Until(deadline)
+		if left <= 0 { // (a zero timeout would mean none to porcupine)
+			break
+		}
 		mid := (lo + hi) / 2
-		if porcupine.CheckOperationsTimeout(model, ops[:mid], porcupineTimeout) == porcupine.Illegal {
+		if porcupine.CheckOperationsTimeout(model, ops[:mid], left) == porcupine.Illegal {
 			hi = mid
 		} else {
 			lo = mid + 1
