@@ -84,7 +84,7 @@ func main() {
 	only := flag.String("scenarios", "", "comma-separated subset of: "+names())
 	out := flag.String("out", "", "write every measurement as JSON here")
 	kills := flag.Int("failovers", 10, "leader kills per clustered system (after the rounds; 0 skips)")
-	profiles := flag.String("profiles", "", "save a CPU profile and a trace of fence's leader per scenario (round 1) in this dir")
+	profiles := flag.String("profiles", "", "save a CPU profile and a trace of fence's leader, and a CPU profile of the clients, per scenario (round 1) in this dir")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -301,7 +301,7 @@ func (b *bencher) round(ctx context.Context, round int, name string) error {
 		}
 		profiled := make(chan error, 1)
 		if b.o.profiles != "" && round == 1 {
-			go func() { profiled <- profileLeader(ctx, sys, sc.Name, b.o.profiles, d) }()
+			go func() { profiled <- profileLeader(ctx, sys, name, sc.Name, b.o.profiles, d) }()
 		} else {
 			profiled <- nil
 		}
