@@ -33,14 +33,7 @@ type Lease struct {
 
 func newLease(s *session, name string, token uint64, signed string, unclaim func()) *Lease {
 	l := &Lease{s: s, name: name, token: token, signed: signed, unclaim: unclaim, done: make(chan struct{})}
-	s.track(l)
-	go func() {
-		select {
-		case <-s.ended:
-			l.finish()
-		case <-l.done:
-		}
-	}()
+	s.track(l) // the session finishes it when it ends
 	return l
 }
 

@@ -105,7 +105,14 @@ func (s *session) end(err error) {
 	s.timer.Stop()
 	s.stop()
 	close(s.ended)
+	live := make([]*Lease, 0, len(s.grants))
+	for l := range s.grants {
+		live = append(live, l)
+	}
 	s.mu.Unlock()
+	for _, l := range live {
+		l.finish()
+	}
 	s.c.forget(s)
 	if !errors.Is(err, ErrClosed) {
 		s.c.opts.observer.LeaseLost(err)
@@ -157,9 +164,15 @@ func (s *session) checkHeld(sent time.Time, held []uint64) {
 	}
 }
 
-// track and untrack keep s.grants: the leases checkHeld looks at.
+// track and untrack keep s.grants: the leases checkHeld looks at, and end
+// finishes. A lease tracked after the session ended is finished at once.
 func (s *session) track(l *Lease) {
 	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		l.finish()
+		return
+	}
 	s.grants[l] = s.clk.Now()
 	s.mu.Unlock()
 }

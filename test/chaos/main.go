@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"syscall"
 	"strings"
 	"time"
 
@@ -118,7 +119,9 @@ func run(cfg chaos.Config, bug string, tags []string) int {
 	db.Close()
 	cfg.MySQLURL = my.DSN
 	cfg.Log = os.Stdout
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Interrupted, terminated or hung up, the run stops its faults and its
+	// processes before it exits (none is left running).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	r, err := chaos.Run(ctx, cfg)
 	if err != nil {
