@@ -39,6 +39,32 @@ type cluster struct {
 }
 
 func newCluster(t testing.TB, n int) *cluster {
+	// The ports are picked free (proctest.FreeAddr) and bound only when
+	// the processes start: meanwhile another socket may take one (another
+	// test, or an outgoing connection's ephemeral port; CI runs many
+	// packages at once), and that member exits at once ("port ... is in
+	// use"). A cluster of the other two elects a leader, and every scenario
+	// passes until the first kill leaves one member: "no leader within 20
+	// s". So every member must be up, or the cluster starts again on new
+	// ports.
+	for attempt := 1; ; attempt++ {
+		c := startCluster(t, n)
+		dead := c.waitAllUp(20 * time.Second)
+		if len(dead) == 0 {
+			c.leader()
+			return c
+		}
+		for _, m := range c.members {
+			m.kill()
+		}
+		if attempt == 3 {
+			t.Fatalf("a member did not start, %d times:\n  %s", attempt, strings.Join(dead, "\n  "))
+		}
+		t.Logf("a member did not start; the cluster starts again on new ports:\n  %s", strings.Join(dead, "\n  "))
+	}
+}
+
+func startCluster(t testing.TB, n int) *cluster {
 	c := &cluster{t: t}
 	var peers []string
 	for i := range n {
@@ -58,8 +84,31 @@ func newCluster(t testing.TB, n int) *cluster {
 			"--raft-addr", m.raft, "--log-level", "warn"}
 		m.start(t)
 	}
-	c.leader()
 	return c
+}
+
+// waitAllUp waits (up to limit) until every member serves /readyz (it
+// knows a leader), and returns, with the end of its log, each member whose
+// process ended on its own meanwhile.
+func (c *cluster) waitAllUp(limit time.Duration) (dead []string) {
+	deadline := time.Now().Add(limit)
+	for {
+		dead = nil
+		up := 0
+		for _, m := range c.members {
+			if m.ended() {
+				b, _ := os.ReadFile(filepath.Join(m.dir, "server.log"))
+				lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+				dead = append(dead, m.state()+": "+strings.Join(lines[max(0, len(lines)-3):], " | "))
+			} else if _, ok := m.get("/readyz"); ok {
+				up++
+			}
+		}
+		if len(dead) > 0 || up == len(c.members) || time.Now().After(deadline) {
+			return dead
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // on returns the cluster as seen by t (a scenario's subtest), so that a
@@ -116,6 +165,20 @@ func (m *member) kill() {
 		<-m.exited
 	}
 	m.cmd = nil
+}
+
+// ended reports whether the member's process ended on its own (not killed
+// by the test).
+func (m *member) ended() bool {
+	if m.cmd == nil {
+		return false
+	}
+	select {
+	case <-m.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 // state describes the member for a failure's reader: killed, ended on its
