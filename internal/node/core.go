@@ -709,11 +709,17 @@ func (c *core) restore(snap *raftpb.Snapshot) error {
 	return nil
 }
 
-// stop finishes everything still waiting.
+// stop finishes everything still waiting, and ends this node's leadership:
+// a stopped core leads no more (a loop that ended on a failed log write
+// must not leave the node's leader duties running).
 func (c *core) stop() {
 	for id, req := range c.proposals {
 		req.finish(outcome{err: ErrIndeterminate})
 		delete(c.proposals, id)
 	}
 	c.failReads(ErrStopped)
+	if c.leading {
+		c.leading = false
+		c.cfg.leadership(false)
+	}
 }

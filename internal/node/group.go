@@ -124,7 +124,7 @@ func (g *group) loop() {
 		}
 		g.p.close(err)
 	}()
-	defer g.c.stop()
+	defer g.halt()
 	for {
 		select {
 		case <-g.stop:
@@ -163,6 +163,17 @@ func (g *group) loop() {
 			return
 		}
 	}
+}
+
+// halt stops the core as the loop ends (Close, or a failed log write) and
+// publishes that this node neither leads nor knows a leader any more: the
+// status must not go on saying what the last round saw (Ready, /leaderz,
+// the lessor and everything else off the loop read it).
+func (g *group) halt() {
+	g.c.stop()
+	st := *g.status.Load()
+	st.lead, st.state, st.leading = raft.None, raft.StateFollower, false
+	g.status.Store(&st)
 }
 
 // round proposes the queued batches it may, hands out raft's pending work

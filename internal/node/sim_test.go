@@ -346,6 +346,7 @@ func (s *sim) run() {
 			}
 		}
 		s.logf("quiet: healed, every member up")
+		s.awaitLeader(s.now + quietLeaderBound)
 	})
 	for s.q.Len() > 0 && !s.check.failed() {
 		e := heap.Pop(&s.q).(event)
@@ -356,6 +357,27 @@ func (s *sim) run() {
 		s.step(e.fn)
 	}
 	s.check.final()
+}
+
+// quietLeaderBound is how soon after the faults stop (every member up, no
+// link cut, no disk stalled) some node must lead with its term's first
+// entry applied (core.leading, what Node.Ready reports): raft's election
+// timeout is 10-20 ticks of 10 ms, so this leaves room for a dozen rounds.
+const quietLeaderBound = 3 * time.Second
+
+// awaitLeader checks, every tick, that a node leads by deadline: the
+// liveness the safety checks do not cover (a group that never elects a
+// ready leader again breaks none of them).
+func (s *sim) awaitLeader(deadline time.Duration) {
+	if s.leader() != nil {
+		s.logf("a ready leader %v after the quiet period began", s.now-s.cfg.duration)
+		return
+	}
+	if s.now >= deadline {
+		s.check.fail("liveness: no node leads %v after the faults stopped", quietLeaderBound)
+		return
+	}
+	s.after(simTick, func() { s.awaitLeader(deadline) })
 }
 
 // step runs one event; a panic (raft's own invariant checks, say) is a

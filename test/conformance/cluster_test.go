@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -26,6 +27,8 @@ type member struct {
 	grpc, metrics, raft string
 	args                []string
 	cmd                 *exec.Cmd
+	exited              chan struct{}          // closed when cmd has ended (killed, or on its own)
+	exitErr             error                  // how it ended; set before exited is closed
 	api                 api.FenceServiceClient // straight to the member, around the relay
 }
 
@@ -36,6 +39,32 @@ type cluster struct {
 }
 
 func newCluster(t testing.TB, n int) *cluster {
+	// The ports are picked free (proctest.FreeAddr) and bound only when
+	// the processes start: meanwhile another socket may take one (another
+	// test, or an outgoing connection's ephemeral port; CI runs many
+	// packages at once), and that member exits at once ("port ... is in
+	// use"). A cluster of the other two elects a leader, and every scenario
+	// passes until the first kill leaves one member: "no leader within 20
+	// s". So every member must be up, or the cluster starts again on new
+	// ports.
+	for attempt := 1; ; attempt++ {
+		c := startCluster(t, n)
+		dead := c.waitAllUp(20 * time.Second)
+		if len(dead) == 0 {
+			c.leader()
+			return c
+		}
+		for _, m := range c.members {
+			m.kill()
+		}
+		if attempt == 3 {
+			t.Fatalf("a member did not start, %d times:\n  %s", attempt, strings.Join(dead, "\n  "))
+		}
+		t.Logf("a member did not start; the cluster starts again on new ports:\n  %s", strings.Join(dead, "\n  "))
+	}
+}
+
+func startCluster(t testing.TB, n int) *cluster {
 	c := &cluster{t: t}
 	var peers []string
 	for i := range n {
@@ -55,8 +84,31 @@ func newCluster(t testing.TB, n int) *cluster {
 			"--raft-addr", m.raft, "--log-level", "warn"}
 		m.start(t)
 	}
-	c.leader()
 	return c
+}
+
+// waitAllUp waits (up to limit) until every member serves /readyz (it
+// knows a leader), and returns, with the end of its log, each member whose
+// process ended on its own meanwhile.
+func (c *cluster) waitAllUp(limit time.Duration) (dead []string) {
+	deadline := time.Now().Add(limit)
+	for {
+		dead = nil
+		up := 0
+		for _, m := range c.members {
+			if m.ended() {
+				b, _ := os.ReadFile(filepath.Join(m.dir, "server.log"))
+				lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+				dead = append(dead, m.state()+": "+strings.Join(lines[max(0, len(lines)-3):], " | "))
+			} else if _, ok := m.get("/readyz"); ok {
+				up++
+			}
+		}
+		if len(dead) > 0 || up == len(c.members) || time.Now().After(deadline) {
+			return dead
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // on returns the cluster as seen by t (a scenario's subtest), so that a
@@ -80,7 +132,13 @@ func (c *cluster) logTails(t testing.TB) {
 
 func (m *member) start(t testing.TB) {
 	t.Helper()
-	m.cmd = exec.Command(proctest.Binary(t, "github.com/fencehq/fence/cmd/fence"), m.args...)
+	m.startBinary(t, proctest.Binary(t, "github.com/fencehq/fence/cmd/fence"))
+}
+
+// startBinary starts the member as the program bin.
+func (m *member) startBinary(t testing.TB, bin string) {
+	t.Helper()
+	m.cmd = exec.Command(bin, m.args...)
 	log, err := os.OpenFile(filepath.Join(m.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -90,15 +148,65 @@ func (m *member) start(t testing.TB) {
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Waited for at once, so that a member that ends on its own (a crash)
+	// is seen as such when a leader is missing (state).
+	cmd, exited := m.cmd, make(chan struct{})
+	m.exited = exited
+	go func() {
+		m.exitErr = cmd.Wait()
+		close(exited)
+	}()
 }
 
 // kill ends the process with SIGKILL (nothing flushed, nothing said).
 func (m *member) kill() {
 	if m.cmd != nil && m.cmd.Process != nil {
 		_ = m.cmd.Process.Signal(syscall.SIGKILL)
-		_ = m.cmd.Wait()
+		<-m.exited
 	}
 	m.cmd = nil
+}
+
+// ended reports whether the member's process ended on its own (not killed
+// by the test).
+func (m *member) ended() bool {
+	if m.cmd == nil {
+		return false
+	}
+	select {
+	case <-m.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// state describes the member for a failure's reader: killed, ended on its
+// own, or what its HTTP port says (/leaderz, /readyz and its raft metrics).
+func (m *member) state() string {
+	if m.cmd == nil {
+		return m.id + ": killed by the test"
+	}
+	select {
+	case <-m.exited:
+		return fmt.Sprintf("%s: its process ended on its own (%v)", m.id, m.exitErr)
+	default:
+	}
+	_, leads := m.get("/leaderz")
+	_, ready := m.get("/readyz")
+	raft := "no metrics"
+	if body, ok := m.get("/metrics"); ok {
+		var vals []string
+		for _, line := range strings.Split(body, "\n") {
+			for _, g := range []string{"term", "commit_index", "applied_index", "leader_changes_total"} {
+				if v, ok := strings.CutPrefix(line, "fence_raft_"+g+" "); ok {
+					vals = append(vals, g+"="+v)
+				}
+			}
+		}
+		raft = strings.Join(vals, " ")
+	}
+	return fmt.Sprintf("%s: pid %d running; leads=%v readyz=%v; raft %s", m.id, m.cmd.Process.Pid, leads, ready, raft)
 }
 
 // get fetches path from the member's HTTP port (plaintext: --insecure).
@@ -148,7 +256,11 @@ func (c *cluster) leader() *member {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.t.Fatal("no leader within 20 s")
+	var states []string
+	for _, m := range c.members {
+		states = append(states, m.state())
+	}
+	c.t.Fatalf("no leader within 20 s; the members:\n  %s", strings.Join(states, "\n  "))
 	return nil
 }
 

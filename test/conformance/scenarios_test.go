@@ -182,6 +182,11 @@ func pausedHolder(e *env) {
 // one (it rejoins as a follower).
 func (c *cluster) killLeader() {
 	c.t.Helper()
+	for _, m := range c.members { // else the kill may leave no quorum, and the failure would read "no leader"
+		if m.ended() {
+			c.t.Fatalf("before the kill: %s", m.state())
+		}
+	}
 	old := c.leader()
 	old.kill()
 	c.leader()
