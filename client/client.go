@@ -127,6 +127,8 @@ func (c *Client) connect(addr string) (*member, error) {
 		// fine; pings find it dead within ~3s, its calls fail UNAVAILABLE and
 		// the client moves on to the next member.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: time.Second, PermitWithoutStream: true}),
+		// No BDP ping per call (see api.StreamWindow).
+		grpc.WithStaticStreamWindowSize(api.StreamWindow), grpc.WithStaticConnWindowSize(api.ConnWindow),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))
 	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, c.opts.dialOpts...)...)

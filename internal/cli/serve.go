@@ -134,6 +134,11 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 							cfg.Logger.Error("SIGHUP: token key not reloaded; the node keeps signing with the one it had", "err", err)
 						}
 					}
+				case <-srv.Failed():
+					// Exit, so that a supervisor restarts the node: a node
+					// whose log cannot be written serves no one.
+					cfg.Logger.Error("the raft node stopped; shutting down", "err", srv.Failure())
+					return errors.Join(fmt.Errorf("the raft node stopped: %w", srv.Failure()), srv.Close())
 				case <-ctx.Done():
 					cfg.Logger.Info("shutting down")
 					return srv.Close()

@@ -504,6 +504,25 @@ func (n *Node) RaftStatus() RaftStatus {
 	return RaftStatus{Term: st.term, Commit: st.commit, Applied: st.applied, LeaderChanges: st.leaderChanges}
 }
 
+// Failed is closed when the node stopped on its own because a raft log
+// write failed (Failure says why): it then neither leads nor follows, and
+// its process should end, to be restarted on a disk that works (the log is
+// what its last fsync made durable).
+func (n *Node) Failed() <-chan struct{} {
+	if n.group == nil {
+		return nil
+	}
+	return n.group.failed
+}
+
+// Failure returns why the node stopped on its own, or nil.
+func (n *Node) Failure() error {
+	if n.group == nil {
+		return nil
+	}
+	return n.group.failure()
+}
+
 // HasLed reports whether this node has ever been the ready leader.
 func (n *Node) HasLed() bool { return n.led.Load() }
 

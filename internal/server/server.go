@@ -213,6 +213,7 @@ func (s *Server) open() (err error) {
 		// was 7 % of a leader's CPU under 64 clients); when every worker is
 		// busy (waiting Acquires, KeepAlive streams) a call gets its own.
 		grpc.NumStreamWorkers(streamWorkers),
+		grpc.StaticStreamWindowSize(api.StreamWindow), grpc.StaticConnWindowSize(api.ConnWindow),
 		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth),
 		// Clients ping every 2s to find dead connections (see client.Dial).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -460,6 +461,14 @@ func (s *Server) MetricsAddr() string {
 	}
 	return s.httpLis.Addr().String()
 }
+
+// Failed is closed when the node stopped on its own (a raft log write
+// failed); Failure says why. The server then answers nothing useful: its
+// owner should Close it and end the process (fence serve exits 1).
+func (s *Server) Failed() <-chan struct{} { return s.node.Failed() }
+
+// Failure returns why the node stopped on its own, or nil.
+func (s *Server) Failure() error { return s.node.Failure() }
 
 // Close stops serving and stops the node; committed state stays in DataDir.
 func (s *Server) Close() error {
