@@ -11,8 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fencehq/fence/internal/gcfloor"
 	"github.com/fencehq/fence/internal/server"
 )
+
+// gcFloor is the heap a node may grow to before it collects garbage
+// (internal/gcfloor; GOGC in the environment turns it off).
+const gcFloor = 64 << 20
 
 func newServe(g *globals) *cobra.Command {
 	cfg := server.DefaultConfig()
@@ -112,6 +117,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
+			defer gcfloor.Keep(gcFloor, time.Second)()
 			srv, err := server.New(cfg)
 			if err != nil {
 				return err
