@@ -24,9 +24,10 @@ func TestDiskFullEndsServe(t *testing.T) {
 	if err := os.Mkdir(disk, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// The WAL preallocates a 64 MiB segment; the snapshots need room of
-	// their own, which the filler below takes.
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=100m", "tmpfs", disk).CombinedOutput(); err != nil {
+	// Room for the node to start: the WAL preallocates 64 MiB segments (two
+	// at times: a new one is cut as the first snapshot is saved); the filler
+	// takes the rest once the node leads, and again before every call.
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", disk).CombinedOutput(); err != nil {
 		requireOrSkip(t, "cannot mount a small tmpfs for a full disk (needs root): "+strings.TrimSpace(string(out)))
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", disk).Run() })
@@ -44,8 +45,13 @@ func TestDiskFullEndsServe(t *testing.T) {
 		}
 	})
 
-	fillDisk(t, filepath.Join(disk, "filler"))
-	var err error
+	filler, err := os.Create(filepath.Join(disk, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	var lastErr error
+	failed := 0
 	for i := 0; i < 200; i++ { // each call is an entry; every 20th entry a snapshot is due
 		select {
 		case err = <-exited:
@@ -61,8 +67,13 @@ func TestDiskFullEndsServe(t *testing.T) {
 			return
 		default:
 		}
-		_, _ = n.cli.CreateLease(timeout(t, time.Second), &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(time.Minute)})
+		fillDisk(t, filler) // again at every call: the WAL may give back space (a segment dropped after a snapshot)
+		if _, err := n.cli.CreateLease(timeout(t, time.Second), &api.CreateLeaseRequest{RequestId: newReq(), Ttl: durationpb.New(time.Minute)}); err != nil {
+			failed++
+			lastErr = err
+		}
 	}
+	t.Logf("%d of 200 calls failed, the last with %v", failed, lastErr)
 	select {
 	case err = <-exited:
 		n.cmd = nil
@@ -73,21 +84,21 @@ func TestDiskFullEndsServe(t *testing.T) {
 	}
 }
 
-// fillDisk writes zeros to path until the file system is full.
-func fillDisk(t *testing.T, path string) {
+// fillDisk appends zeros to f until the file system has no byte left: in
+// blocks of 1 MiB, then 4 KiB, then single bytes (the last page), so that
+// even a small snapshot file finds no room.
+func fillDisk(t *testing.T, f *os.File) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	block := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(block); err != nil {
+	for _, size := range []int{1 << 20, 4 << 10, 1} {
+		block := make([]byte, size)
+		for {
+			_, err := f.Write(block)
 			if errors.Is(err, syscall.ENOSPC) {
-				return
+				break
 			}
-			t.Fatal(err)
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
