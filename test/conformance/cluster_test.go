@@ -65,6 +65,16 @@ func newCluster(t testing.TB, n int) *cluster {
 }
 
 func startCluster(t testing.TB, n int) *cluster {
+	c := newMembers(t, n, "--log-level", "warn")
+	for _, m := range c.members {
+		m.start(t)
+	}
+	return c
+}
+
+// newMembers makes n members bootstrapped together, with serve's extra
+// flags, and starts none of them.
+func newMembers(t testing.TB, n int, extra ...string) *cluster {
 	c := &cluster{t: t}
 	var peers []string
 	for i := range n {
@@ -79,10 +89,9 @@ func startCluster(t testing.TB, n int) *cluster {
 		peers = append(peers, m.id+"="+m.raft)
 	}
 	for _, m := range c.members {
-		m.args = []string{"serve", "--insecure", "--node-id", m.id, "--bootstrap", strings.Join(peers, ","),
+		m.args = append([]string{"serve", "--insecure", "--node-id", m.id, "--bootstrap", strings.Join(peers, ","),
 			"--data-dir", filepath.Join(m.dir, "data"), "--grpc-addr", m.grpc, "--metrics-addr", m.metrics,
-			"--raft-addr", m.raft, "--log-level", "warn"}
-		m.start(t)
+			"--raft-addr", m.raft}, extra...)
 	}
 	return c
 }

@@ -12,12 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
-	"github.com/fencehq/fence/internal/proctest"
 )
 
 // TestStressLeaderKill kills the leader of 3 real processes again and again
@@ -33,23 +29,8 @@ func TestStressLeaderKill(t *testing.T) {
 	limit := time.Duration(envInt("FENCE_STRESS_MINUTES", 20)) * time.Minute
 	start := time.Now()
 
-	c := &cluster{t: t}
-	var peers []string
-	for i := range 3 {
-		m := &member{id: "n" + strconv.Itoa(i+1), dir: t.TempDir(), grpc: proctest.FreeAddr(t), metrics: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
-		conn, err := grpc.NewClient(m.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.api = api.NewFenceServiceClient(conn)
-		t.Cleanup(func() { m.kill(); conn.Close() })
-		c.members = append(c.members, m)
-		peers = append(peers, m.id+"="+m.raft)
-	}
+	c := newMembers(t, 3, "--log-level", "debug", "--raft-log-level", "debug")
 	for _, m := range c.members {
-		m.args = []string{"serve", "--insecure", "--node-id", m.id, "--bootstrap", strings.Join(peers, ","),
-			"--data-dir", filepath.Join(m.dir, "data"), "--grpc-addr", m.grpc, "--metrics-addr", m.metrics,
-			"--raft-addr", m.raft, "--log-level", "debug", "--raft-log-level", "debug"}
 		if bin := os.Getenv("FENCE_STRESS_BINARY"); bin != "" {
 			m.startBinary(t, bin)
 		} else {
