@@ -129,6 +129,8 @@ func (c *Client) connect(addr string) (*member, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: time.Second, PermitWithoutStream: true}),
 		// No BDP ping per call (see api.StreamWindow).
 		grpc.WithStaticStreamWindowSize(api.StreamWindow), grpc.WithStaticConnWindowSize(api.ConnWindow),
+		// The standard proto encoding without protobuf's reflection.
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(api.Codec)),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))
 	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, c.opts.dialOpts...)...)

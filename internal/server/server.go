@@ -214,6 +214,8 @@ func (s *Server) open() (err error) {
 		// busy (waiting Acquires, KeepAlive streams) a call gets its own.
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.StaticStreamWindowSize(api.StreamWindow), grpc.StaticConnWindowSize(api.ConnWindow),
+		// The standard proto encoding without protobuf's reflection.
+		grpc.ForceServerCodecV2(api.Codec),
 		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth),
 		// Clients ping every 2s to find dead connections (see client.Dial).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
