@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -208,5 +209,22 @@ func BenchmarkCodec(b *testing.B) {
 				out.Free()
 			}
 		})
+	}
+}
+
+// TestCodecRefusesBadUTF8: a string that is not UTF-8 is refused, as proto
+// refuses it (the generated code alone would let it through), while the
+// renewal request, which has no string, takes the generated code.
+func TestCodecRefusesBadUTF8(t *testing.T) {
+	b := protowire.AppendTag(nil, 3, protowire.BytesType) // CreateLeaseRequest.owner
+	b = protowire.AppendBytes(b, []byte{0xff, 0xfe})
+	if err := proto.Unmarshal(b, &api.CreateLeaseRequest{}); err == nil {
+		t.Fatal("proto took a bad string: the test's bytes are wrong")
+	}
+	if err := api.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &api.CreateLeaseRequest{}); err == nil {
+		t.Fatal("the codec took an owner that is not UTF-8")
+	}
+	if err := api.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &api.AcquireRequest{}); err == nil { // field 3 of Acquire is a string too
+		t.Fatal("the codec took a lock name that is not UTF-8")
 	}
 }
