@@ -166,6 +166,133 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_fence_v1_fence_proto_rawDescGZIP(), []int{1}
 }
 
+type LockEvent_Type int32
+
+const (
+	LockEvent_TYPE_UNSPECIFIED LockEvent_Type = 0
+	// The lock was granted to lease_number (owner) with token.
+	LockEvent_TYPE_GRANTED LockEvent_Type = 1
+	// The grant with token ended (cause says why); the next waiter, if any,
+	// is granted in the same message, unless a lock-delay starts.
+	LockEvent_TYPE_RELEASED LockEvent_Type = 2
+	// lease_number (owner) joined the lock's queue.
+	LockEvent_TYPE_WAITER_JOINED LockEvent_Type = 3
+	// lease_number (owner) left the queue without the lock (cause: its call
+	// was cancelled, or its lease expired or was revoked).
+	LockEvent_TYPE_WAITER_LEFT LockEvent_Type = 4
+	// The holder's lease (token) expired; the lock stays free for lock_delay.
+	LockEvent_TYPE_LOCK_DELAY_STARTED LockEvent_Type = 5
+	// The lock-delay after token ended.
+	LockEvent_TYPE_LOCK_DELAY_ENDED LockEvent_Type = 6
+)
+
+// Enum value maps for LockEvent_Type.
+var (
+	LockEvent_Type_name = map[int32]string{
+		0: "TYPE_UNSPECIFIED",
+		1: "TYPE_GRANTED",
+		2: "TYPE_RELEASED",
+		3: "TYPE_WAITER_JOINED",
+		4: "TYPE_WAITER_LEFT",
+		5: "TYPE_LOCK_DELAY_STARTED",
+		6: "TYPE_LOCK_DELAY_ENDED",
+	}
+	LockEvent_Type_value = map[string]int32{
+		"TYPE_UNSPECIFIED":        0,
+		"TYPE_GRANTED":            1,
+		"TYPE_RELEASED":           2,
+		"TYPE_WAITER_JOINED":      3,
+		"TYPE_WAITER_LEFT":        4,
+		"TYPE_LOCK_DELAY_STARTED": 5,
+		"TYPE_LOCK_DELAY_ENDED":   6,
+	}
+)
+
+func (x LockEvent_Type) Enum() *LockEvent_Type {
+	p := new(LockEvent_Type)
+	*p = x
+	return p
+}
+
+func (x LockEvent_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockEvent_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_fence_v1_fence_proto_enumTypes[2].Descriptor()
+}
+
+func (LockEvent_Type) Type() protoreflect.EnumType {
+	return &file_fence_v1_fence_proto_enumTypes[2]
+}
+
+func (x LockEvent_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockEvent_Type.Descriptor instead.
+func (LockEvent_Type) EnumDescriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28, 0}
+}
+
+type LockEvent_Cause int32
+
+const (
+	LockEvent_CAUSE_UNSPECIFIED    LockEvent_Cause = 0
+	LockEvent_CAUSE_RELEASED       LockEvent_Cause = 1
+	LockEvent_CAUSE_EXPIRED        LockEvent_Cause = 2
+	LockEvent_CAUSE_REVOKED        LockEvent_Cause = 3
+	LockEvent_CAUSE_FORCE_RELEASED LockEvent_Cause = 4
+	LockEvent_CAUSE_CANCELLED      LockEvent_Cause = 5
+)
+
+// Enum value maps for LockEvent_Cause.
+var (
+	LockEvent_Cause_name = map[int32]string{
+		0: "CAUSE_UNSPECIFIED",
+		1: "CAUSE_RELEASED",
+		2: "CAUSE_EXPIRED",
+		3: "CAUSE_REVOKED",
+		4: "CAUSE_FORCE_RELEASED",
+		5: "CAUSE_CANCELLED",
+	}
+	LockEvent_Cause_value = map[string]int32{
+		"CAUSE_UNSPECIFIED":    0,
+		"CAUSE_RELEASED":       1,
+		"CAUSE_EXPIRED":        2,
+		"CAUSE_REVOKED":        3,
+		"CAUSE_FORCE_RELEASED": 4,
+		"CAUSE_CANCELLED":      5,
+	}
+)
+
+func (x LockEvent_Cause) Enum() *LockEvent_Cause {
+	p := new(LockEvent_Cause)
+	*p = x
+	return p
+}
+
+func (x LockEvent_Cause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockEvent_Cause) Descriptor() protoreflect.EnumDescriptor {
+	return file_fence_v1_fence_proto_enumTypes[3].Descriptor()
+}
+
+func (LockEvent_Cause) Type() protoreflect.EnumType {
+	return &file_fence_v1_fence_proto_enumTypes[3]
+}
+
+func (x LockEvent_Cause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockEvent_Cause.Descriptor instead.
+func (LockEvent_Cause) EnumDescriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28, 1}
+}
+
 type BackupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1580,8 +1707,11 @@ func (x *GetLockRequest) GetName() string {
 }
 
 type GetLockResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lock          *LockInfo              `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lock  *LockInfo              `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	// index is the raft index of the last entry applied to the state read:
+	// a Watch from index + 1 misses no change after it.
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1621,6 +1751,13 @@ func (x *GetLockResponse) GetLock() *LockInfo {
 		return x.Lock
 	}
 	return nil
+}
+
+func (x *GetLockResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 type ListLocksRequest struct {
@@ -1682,7 +1819,11 @@ type ListLocksResponse struct {
 	Locks []*LockInfo            `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
 	// more is true when locks after the last one listed remain: ask again with
 	// after = the last name.
-	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	More bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	// index is the raft index of the last entry applied to the state this
+	// page was read from: a Watch from index + 1 misses no change after it
+	// (pages read later may already show some of the changes it reports).
+	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1731,6 +1872,228 @@ func (x *ListLocksResponse) GetMore() bool {
 	return false
 }
 
+func (x *ListLocksResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the lock to watch, or with prefix=true the start of the names
+	// of the locks to watch ("" with prefix=true: every lock).
+	Name   string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Prefix bool   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// from_index: report the events applied at this index and after (0: from
+	// now on). To resume, the index after the last message's.
+	FromIndex     uint64 `protobuf:"varint,3,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_fence_v1_fence_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WatchRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+func (x *WatchRequest) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+// WatchResponse is the events of one raft entry that concern the watched
+// locks, in the order they happened, or, with no events, a progress mark:
+// every entry up to index has been looked at. The first message is always
+// a mark (the index the watch starts after); later marks come after a
+// second without events, so a watch of a quiet lock keeps a recent index
+// to resume from.
+type WatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Events        []*LockEvent           `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WatchResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetEvents() []*LockEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// LockEvent is one change of one lock.
+type LockEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          LockEvent_Type         `protobuf:"varint,1,opt,name=type,proto3,enum=fence.v1.LockEvent_Type" json:"type,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseNumber   uint64                 `protobuf:"varint,3,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
+	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	Cause         LockEvent_Cause        `protobuf:"varint,6,opt,name=cause,proto3,enum=fence.v1.LockEvent_Cause" json:"cause,omitempty"`
+	LockDelay     *durationpb.Duration   `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockEvent) Reset() {
+	*x = LockEvent{}
+	mi := &file_fence_v1_fence_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockEvent) ProtoMessage() {}
+
+func (x *LockEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockEvent.ProtoReflect.Descriptor instead.
+func (*LockEvent) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *LockEvent) GetType() LockEvent_Type {
+	if x != nil {
+		return x.Type
+	}
+	return LockEvent_TYPE_UNSPECIFIED
+}
+
+func (x *LockEvent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockEvent) GetLeaseNumber() uint64 {
+	if x != nil {
+		return x.LeaseNumber
+	}
+	return 0
+}
+
+func (x *LockEvent) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LockEvent) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LockEvent) GetCause() LockEvent_Cause {
+	if x != nil {
+		return x.Cause
+	}
+	return LockEvent_CAUSE_UNSPECIFIED
+}
+
+func (x *LockEvent) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
 // LockInfo describes a lock. A lock with no holder is either waiting out its
 // lock-delay (delayed=true) or about to be forgotten.
 type LockInfo struct {
@@ -1752,7 +2115,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fence_v1_fence_proto_msgTypes[26]
+	mi := &file_fence_v1_fence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +2127,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[26]
+	mi := &file_fence_v1_fence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +2140,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{26}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1848,7 +2211,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	mi := &file_fence_v1_fence_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2223,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	mi := &file_fence_v1_fence_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +2236,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{27}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PutRequest) GetRequestId() []byte {
@@ -1912,7 +2275,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[28]
+	mi := &file_fence_v1_fence_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2287,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[28]
+	mi := &file_fence_v1_fence_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2300,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{31}
 }
 
 type GetRequest struct {
@@ -1949,7 +2312,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[29]
+	mi := &file_fence_v1_fence_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2324,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[29]
+	mi := &file_fence_v1_fence_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2337,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{29}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -1995,7 +2358,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[30]
+	mi := &file_fence_v1_fence_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2370,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[30]
+	mi := &file_fence_v1_fence_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2383,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{30}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -2052,7 +2415,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[31]
+	mi := &file_fence_v1_fence_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2427,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[31]
+	mi := &file_fence_v1_fence_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2440,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{31}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ForceReleaseRequest) GetName() string {
@@ -2122,7 +2485,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[32]
+	mi := &file_fence_v1_fence_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2497,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[32]
+	mi := &file_fence_v1_fence_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2510,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{32}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ForceReleaseResponse) GetRevokedLeaseNumber() uint64 {
@@ -2186,7 +2549,7 @@ type LockHeld struct {
 
 func (x *LockHeld) Reset() {
 	*x = LockHeld{}
-	mi := &file_fence_v1_fence_proto_msgTypes[33]
+	mi := &file_fence_v1_fence_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2561,7 @@ func (x *LockHeld) String() string {
 func (*LockHeld) ProtoMessage() {}
 
 func (x *LockHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[33]
+	mi := &file_fence_v1_fence_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2574,7 @@ func (x *LockHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHeld.ProtoReflect.Descriptor instead.
 func (*LockHeld) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{33}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LockHeld) GetName() string {
@@ -2261,7 +2624,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_fence_v1_fence_proto_msgTypes[34]
+	mi := &file_fence_v1_fence_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2636,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[34]
+	mi := &file_fence_v1_fence_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2649,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{34}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NotLeader) GetLeaderId() string {
@@ -2316,7 +2679,7 @@ type StaleToken struct {
 
 func (x *StaleToken) Reset() {
 	*x = StaleToken{}
-	mi := &file_fence_v1_fence_proto_msgTypes[35]
+	mi := &file_fence_v1_fence_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2691,7 @@ func (x *StaleToken) String() string {
 func (*StaleToken) ProtoMessage() {}
 
 func (x *StaleToken) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[35]
+	mi := &file_fence_v1_fence_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2704,7 @@ func (x *StaleToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleToken.ProtoReflect.Descriptor instead.
 func (*StaleToken) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{35}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StaleToken) GetKey() string {
@@ -2361,6 +2724,62 @@ func (x *StaleToken) GetOffered() uint64 {
 func (x *StaleToken) GetHighest() uint64 {
 	if x != nil {
 		return x.Highest
+	}
+	return 0
+}
+
+// WatchCompacted is attached to FAILED_PRECONDITION when a Watch asks for an
+// index whose events this member no longer keeps (or a watcher fell that
+// far behind): list the locks again and watch from the list's index + 1.
+type WatchCompacted struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	FromIndex uint64                 `protobuf:"varint,1,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	// oldest_index is the oldest index this member still has every event of.
+	OldestIndex   uint64 `protobuf:"varint,2,opt,name=oldest_index,json=oldestIndex,proto3" json:"oldest_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchCompacted) Reset() {
+	*x = WatchCompacted{}
+	mi := &file_fence_v1_fence_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchCompacted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchCompacted) ProtoMessage() {}
+
+func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchCompacted.ProtoReflect.Descriptor instead.
+func (*WatchCompacted) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WatchCompacted) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *WatchCompacted) GetOldestIndex() uint64 {
+	if x != nil {
+		return x.OldestIndex
 	}
 	return 0
 }
@@ -2469,15 +2888,49 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\x04open\x18\x06 \x03(\x04R\x04open\"\x11\n" +
 	"\x0fReleaseResponse\"$\n" +
 	"\x0eGetLockRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"O\n" +
 	"\x0fGetLockResponse\x12&\n" +
-	"\x04lock\x18\x01 \x01(\v2\x12.fence.v1.LockInfoR\x04lock\">\n" +
+	"\x04lock\x18\x01 \x01(\v2\x12.fence.v1.LockInfoR\x04lock\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\">\n" +
 	"\x10ListLocksRequest\x12\x14\n" +
 	"\x05after\x18\x01 \x01(\tR\x05after\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\rR\x05limit\"Q\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"g\n" +
 	"\x11ListLocksResponse\x12(\n" +
 	"\x05locks\x18\x01 \x03(\v2\x12.fence.v1.LockInfoR\x05locks\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04more\"\xab\x02\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"Y\n" +
+	"\fWatchRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\x03 \x01(\x04R\tfromIndex\"R\n" +
+	"\rWatchResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12+\n" +
+	"\x06events\x18\x02 \x03(\v2\x13.fence.v1.LockEventR\x06events\"\xbb\x04\n" +
+	"\tLockEvent\x12,\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x18.fence.v1.LockEvent.TypeR\x04type\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
+	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x12/\n" +
+	"\x05cause\x18\x06 \x01(\x0e2\x19.fence.v1.LockEvent.CauseR\x05cause\x128\n" +
+	"\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"\xa7\x01\n" +
+	"\x04Type\x12\x14\n" +
+	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fTYPE_GRANTED\x10\x01\x12\x11\n" +
+	"\rTYPE_RELEASED\x10\x02\x12\x16\n" +
+	"\x12TYPE_WAITER_JOINED\x10\x03\x12\x14\n" +
+	"\x10TYPE_WAITER_LEFT\x10\x04\x12\x1b\n" +
+	"\x17TYPE_LOCK_DELAY_STARTED\x10\x05\x12\x19\n" +
+	"\x15TYPE_LOCK_DELAY_ENDED\x10\x06\"\x87\x01\n" +
+	"\x05Cause\x12\x15\n" +
+	"\x11CAUSE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eCAUSE_RELEASED\x10\x01\x12\x11\n" +
+	"\rCAUSE_EXPIRED\x10\x02\x12\x11\n" +
+	"\rCAUSE_REVOKED\x10\x03\x12\x18\n" +
+	"\x14CAUSE_FORCE_RELEASED\x10\x04\x12\x13\n" +
+	"\x0fCAUSE_CANCELLED\x10\x05\"\xab\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x13holder_lease_number\x18\x02 \x01(\x04R\x11holderLeaseNumber\x12!\n" +
@@ -2526,7 +2979,11 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"StaleToken\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x04R\aoffered\x12\x18\n" +
-	"\ahighest\x18\x03 \x01(\x04R\ahighest*N\n" +
+	"\ahighest\x18\x03 \x01(\x04R\ahighest\"R\n" +
+	"\x0eWatchCompacted\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\x01 \x01(\x04R\tfromIndex\x12!\n" +
+	"\foldest_index\x18\x02 \x01(\x04R\voldestIndex*N\n" +
 	"\bSuffrage\x12\x18\n" +
 	"\x14SUFFRAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSUFFRAGE_VOTER\x10\x01\x12\x14\n" +
@@ -2534,7 +2991,7 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +
-	"\rROLE_FOLLOWER\x10\x022\x87\b\n" +
+	"\rROLE_FOLLOWER\x10\x022\xc3\b\n" +
 	"\fFenceService\x12J\n" +
 	"\vCreateLease\x12\x1c.fence.v1.CreateLeaseRequest\x1a\x1d.fence.v1.CreateLeaseResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.fence.v1.KeepAliveRequest\x1a\x1b.fence.v1.KeepAliveResponse(\x010\x01\x12;\n" +
@@ -2542,7 +2999,8 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\aAcquire\x12\x18.fence.v1.AcquireRequest\x1a\x19.fence.v1.AcquireResponse\x12>\n" +
 	"\aRelease\x12\x18.fence.v1.ReleaseRequest\x1a\x19.fence.v1.ReleaseResponse\x12>\n" +
 	"\aGetLock\x12\x18.fence.v1.GetLockRequest\x1a\x19.fence.v1.GetLockResponse\x12D\n" +
-	"\tListLocks\x12\x1a.fence.v1.ListLocksRequest\x1a\x1b.fence.v1.ListLocksResponse\x122\n" +
+	"\tListLocks\x12\x1a.fence.v1.ListLocksRequest\x1a\x1b.fence.v1.ListLocksResponse\x12:\n" +
+	"\x05Watch\x12\x16.fence.v1.WatchRequest\x1a\x17.fence.v1.WatchResponse0\x01\x122\n" +
 	"\x03Put\x12\x14.fence.v1.PutRequest\x1a\x15.fence.v1.PutResponse\x122\n" +
 	"\x03Get\x12\x14.fence.v1.GetRequest\x1a\x15.fence.v1.GetResponse\x12M\n" +
 	"\fForceRelease\x12\x1d.fence.v1.ForceReleaseRequest\x1a\x1e.fence.v1.ForceReleaseResponse\x12>\n" +
@@ -2566,100 +3024,112 @@ func file_fence_v1_fence_proto_rawDescGZIP() []byte {
 	return file_fence_v1_fence_proto_rawDescData
 }
 
-var file_fence_v1_fence_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fence_v1_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_fence_v1_fence_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_fence_v1_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_fence_v1_fence_proto_goTypes = []any{
 	(Suffrage)(0),                  // 0: fence.v1.Suffrage
 	(Role)(0),                      // 1: fence.v1.Role
-	(*BackupRequest)(nil),          // 2: fence.v1.BackupRequest
-	(*BackupResponse)(nil),         // 3: fence.v1.BackupResponse
-	(*BackupHeader)(nil),           // 4: fence.v1.BackupHeader
-	(*Member)(nil),                 // 5: fence.v1.Member
-	(*MembersRequest)(nil),         // 6: fence.v1.MembersRequest
-	(*MembersResponse)(nil),        // 7: fence.v1.MembersResponse
-	(*AddMemberRequest)(nil),       // 8: fence.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 9: fence.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 10: fence.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 11: fence.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 12: fence.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 13: fence.v1.TransferLeaderResponse
-	(*CreateLeaseRequest)(nil),     // 14: fence.v1.CreateLeaseRequest
-	(*CreateLeaseResponse)(nil),    // 15: fence.v1.CreateLeaseResponse
-	(*KeepAliveRequest)(nil),       // 16: fence.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 17: fence.v1.KeepAliveResponse
-	(*RevokeRequest)(nil),          // 18: fence.v1.RevokeRequest
-	(*RevokeResponse)(nil),         // 19: fence.v1.RevokeResponse
-	(*AcquireRequest)(nil),         // 20: fence.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 21: fence.v1.AcquireResponse
-	(*ReleaseRequest)(nil),         // 22: fence.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 23: fence.v1.ReleaseResponse
-	(*GetLockRequest)(nil),         // 24: fence.v1.GetLockRequest
-	(*GetLockResponse)(nil),        // 25: fence.v1.GetLockResponse
-	(*ListLocksRequest)(nil),       // 26: fence.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),      // 27: fence.v1.ListLocksResponse
-	(*LockInfo)(nil),               // 28: fence.v1.LockInfo
-	(*PutRequest)(nil),             // 29: fence.v1.PutRequest
-	(*PutResponse)(nil),            // 30: fence.v1.PutResponse
-	(*GetRequest)(nil),             // 31: fence.v1.GetRequest
-	(*GetResponse)(nil),            // 32: fence.v1.GetResponse
-	(*ForceReleaseRequest)(nil),    // 33: fence.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),   // 34: fence.v1.ForceReleaseResponse
-	(*LockHeld)(nil),               // 35: fence.v1.LockHeld
-	(*NotLeader)(nil),              // 36: fence.v1.NotLeader
-	(*StaleToken)(nil),             // 37: fence.v1.StaleToken
-	(*timestamppb.Timestamp)(nil),  // 38: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 39: google.protobuf.Duration
+	(LockEvent_Type)(0),            // 2: fence.v1.LockEvent.Type
+	(LockEvent_Cause)(0),           // 3: fence.v1.LockEvent.Cause
+	(*BackupRequest)(nil),          // 4: fence.v1.BackupRequest
+	(*BackupResponse)(nil),         // 5: fence.v1.BackupResponse
+	(*BackupHeader)(nil),           // 6: fence.v1.BackupHeader
+	(*Member)(nil),                 // 7: fence.v1.Member
+	(*MembersRequest)(nil),         // 8: fence.v1.MembersRequest
+	(*MembersResponse)(nil),        // 9: fence.v1.MembersResponse
+	(*AddMemberRequest)(nil),       // 10: fence.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 11: fence.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 12: fence.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 13: fence.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 14: fence.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 15: fence.v1.TransferLeaderResponse
+	(*CreateLeaseRequest)(nil),     // 16: fence.v1.CreateLeaseRequest
+	(*CreateLeaseResponse)(nil),    // 17: fence.v1.CreateLeaseResponse
+	(*KeepAliveRequest)(nil),       // 18: fence.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 19: fence.v1.KeepAliveResponse
+	(*RevokeRequest)(nil),          // 20: fence.v1.RevokeRequest
+	(*RevokeResponse)(nil),         // 21: fence.v1.RevokeResponse
+	(*AcquireRequest)(nil),         // 22: fence.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 23: fence.v1.AcquireResponse
+	(*ReleaseRequest)(nil),         // 24: fence.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 25: fence.v1.ReleaseResponse
+	(*GetLockRequest)(nil),         // 26: fence.v1.GetLockRequest
+	(*GetLockResponse)(nil),        // 27: fence.v1.GetLockResponse
+	(*ListLocksRequest)(nil),       // 28: fence.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),      // 29: fence.v1.ListLocksResponse
+	(*WatchRequest)(nil),           // 30: fence.v1.WatchRequest
+	(*WatchResponse)(nil),          // 31: fence.v1.WatchResponse
+	(*LockEvent)(nil),              // 32: fence.v1.LockEvent
+	(*LockInfo)(nil),               // 33: fence.v1.LockInfo
+	(*PutRequest)(nil),             // 34: fence.v1.PutRequest
+	(*PutResponse)(nil),            // 35: fence.v1.PutResponse
+	(*GetRequest)(nil),             // 36: fence.v1.GetRequest
+	(*GetResponse)(nil),            // 37: fence.v1.GetResponse
+	(*ForceReleaseRequest)(nil),    // 38: fence.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),   // 39: fence.v1.ForceReleaseResponse
+	(*LockHeld)(nil),               // 40: fence.v1.LockHeld
+	(*NotLeader)(nil),              // 41: fence.v1.NotLeader
+	(*StaleToken)(nil),             // 42: fence.v1.StaleToken
+	(*WatchCompacted)(nil),         // 43: fence.v1.WatchCompacted
+	(*timestamppb.Timestamp)(nil),  // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
 }
 var file_fence_v1_fence_proto_depIdxs = []int32{
-	4,  // 0: fence.v1.BackupResponse.header:type_name -> fence.v1.BackupHeader
-	38, // 1: fence.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
+	6,  // 0: fence.v1.BackupResponse.header:type_name -> fence.v1.BackupHeader
+	44, // 1: fence.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: fence.v1.Member.role:type_name -> fence.v1.Role
 	0,  // 3: fence.v1.Member.suffrage:type_name -> fence.v1.Suffrage
-	5,  // 4: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
-	5,  // 5: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
-	39, // 6: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	39, // 7: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
-	39, // 8: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	39, // 9: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	28, // 10: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
-	28, // 11: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
-	39, // 12: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
-	39, // 13: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	14, // 14: fence.v1.FenceService.CreateLease:input_type -> fence.v1.CreateLeaseRequest
-	16, // 15: fence.v1.FenceService.KeepAlive:input_type -> fence.v1.KeepAliveRequest
-	18, // 16: fence.v1.FenceService.Revoke:input_type -> fence.v1.RevokeRequest
-	20, // 17: fence.v1.FenceService.Acquire:input_type -> fence.v1.AcquireRequest
-	22, // 18: fence.v1.FenceService.Release:input_type -> fence.v1.ReleaseRequest
-	24, // 19: fence.v1.FenceService.GetLock:input_type -> fence.v1.GetLockRequest
-	26, // 20: fence.v1.FenceService.ListLocks:input_type -> fence.v1.ListLocksRequest
-	29, // 21: fence.v1.FenceService.Put:input_type -> fence.v1.PutRequest
-	31, // 22: fence.v1.FenceService.Get:input_type -> fence.v1.GetRequest
-	33, // 23: fence.v1.FenceService.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
-	6,  // 24: fence.v1.FenceService.Members:input_type -> fence.v1.MembersRequest
-	8,  // 25: fence.v1.FenceService.AddMember:input_type -> fence.v1.AddMemberRequest
-	10, // 26: fence.v1.FenceService.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
-	12, // 27: fence.v1.FenceService.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
-	2,  // 28: fence.v1.FenceService.Backup:input_type -> fence.v1.BackupRequest
-	15, // 29: fence.v1.FenceService.CreateLease:output_type -> fence.v1.CreateLeaseResponse
-	17, // 30: fence.v1.FenceService.KeepAlive:output_type -> fence.v1.KeepAliveResponse
-	19, // 31: fence.v1.FenceService.Revoke:output_type -> fence.v1.RevokeResponse
-	21, // 32: fence.v1.FenceService.Acquire:output_type -> fence.v1.AcquireResponse
-	23, // 33: fence.v1.FenceService.Release:output_type -> fence.v1.ReleaseResponse
-	25, // 34: fence.v1.FenceService.GetLock:output_type -> fence.v1.GetLockResponse
-	27, // 35: fence.v1.FenceService.ListLocks:output_type -> fence.v1.ListLocksResponse
-	30, // 36: fence.v1.FenceService.Put:output_type -> fence.v1.PutResponse
-	32, // 37: fence.v1.FenceService.Get:output_type -> fence.v1.GetResponse
-	34, // 38: fence.v1.FenceService.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
-	7,  // 39: fence.v1.FenceService.Members:output_type -> fence.v1.MembersResponse
-	9,  // 40: fence.v1.FenceService.AddMember:output_type -> fence.v1.AddMemberResponse
-	11, // 41: fence.v1.FenceService.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
-	13, // 42: fence.v1.FenceService.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
-	3,  // 43: fence.v1.FenceService.Backup:output_type -> fence.v1.BackupResponse
-	29, // [29:44] is the sub-list for method output_type
-	14, // [14:29] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	7,  // 4: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
+	7,  // 5: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
+	45, // 6: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 7: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
+	45, // 8: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	45, // 9: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	33, // 10: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
+	33, // 11: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
+	32, // 12: fence.v1.WatchResponse.events:type_name -> fence.v1.LockEvent
+	2,  // 13: fence.v1.LockEvent.type:type_name -> fence.v1.LockEvent.Type
+	3,  // 14: fence.v1.LockEvent.cause:type_name -> fence.v1.LockEvent.Cause
+	45, // 15: fence.v1.LockEvent.lock_delay:type_name -> google.protobuf.Duration
+	45, // 16: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
+	45, // 17: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	16, // 18: fence.v1.FenceService.CreateLease:input_type -> fence.v1.CreateLeaseRequest
+	18, // 19: fence.v1.FenceService.KeepAlive:input_type -> fence.v1.KeepAliveRequest
+	20, // 20: fence.v1.FenceService.Revoke:input_type -> fence.v1.RevokeRequest
+	22, // 21: fence.v1.FenceService.Acquire:input_type -> fence.v1.AcquireRequest
+	24, // 22: fence.v1.FenceService.Release:input_type -> fence.v1.ReleaseRequest
+	26, // 23: fence.v1.FenceService.GetLock:input_type -> fence.v1.GetLockRequest
+	28, // 24: fence.v1.FenceService.ListLocks:input_type -> fence.v1.ListLocksRequest
+	30, // 25: fence.v1.FenceService.Watch:input_type -> fence.v1.WatchRequest
+	34, // 26: fence.v1.FenceService.Put:input_type -> fence.v1.PutRequest
+	36, // 27: fence.v1.FenceService.Get:input_type -> fence.v1.GetRequest
+	38, // 28: fence.v1.FenceService.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
+	8,  // 29: fence.v1.FenceService.Members:input_type -> fence.v1.MembersRequest
+	10, // 30: fence.v1.FenceService.AddMember:input_type -> fence.v1.AddMemberRequest
+	12, // 31: fence.v1.FenceService.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
+	14, // 32: fence.v1.FenceService.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
+	4,  // 33: fence.v1.FenceService.Backup:input_type -> fence.v1.BackupRequest
+	17, // 34: fence.v1.FenceService.CreateLease:output_type -> fence.v1.CreateLeaseResponse
+	19, // 35: fence.v1.FenceService.KeepAlive:output_type -> fence.v1.KeepAliveResponse
+	21, // 36: fence.v1.FenceService.Revoke:output_type -> fence.v1.RevokeResponse
+	23, // 37: fence.v1.FenceService.Acquire:output_type -> fence.v1.AcquireResponse
+	25, // 38: fence.v1.FenceService.Release:output_type -> fence.v1.ReleaseResponse
+	27, // 39: fence.v1.FenceService.GetLock:output_type -> fence.v1.GetLockResponse
+	29, // 40: fence.v1.FenceService.ListLocks:output_type -> fence.v1.ListLocksResponse
+	31, // 41: fence.v1.FenceService.Watch:output_type -> fence.v1.WatchResponse
+	35, // 42: fence.v1.FenceService.Put:output_type -> fence.v1.PutResponse
+	37, // 43: fence.v1.FenceService.Get:output_type -> fence.v1.GetResponse
+	39, // 44: fence.v1.FenceService.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
+	9,  // 45: fence.v1.FenceService.Members:output_type -> fence.v1.MembersResponse
+	11, // 46: fence.v1.FenceService.AddMember:output_type -> fence.v1.AddMemberResponse
+	13, // 47: fence.v1.FenceService.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
+	15, // 48: fence.v1.FenceService.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
+	5,  // 49: fence.v1.FenceService.Backup:output_type -> fence.v1.BackupResponse
+	34, // [34:50] is the sub-list for method output_type
+	18, // [18:34] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_fence_v1_fence_proto_init() }
@@ -2672,8 +3142,8 @@ func file_fence_v1_fence_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fence_v1_fence_proto_rawDesc), len(file_fence_v1_fence_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   36,
+			NumEnums:      4,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -67,6 +67,7 @@ const (
 	FenceService_Release_FullMethodName        = "/fence.v1.FenceService/Release"
 	FenceService_GetLock_FullMethodName        = "/fence.v1.FenceService/GetLock"
 	FenceService_ListLocks_FullMethodName      = "/fence.v1.FenceService/ListLocks"
+	FenceService_Watch_FullMethodName          = "/fence.v1.FenceService/Watch"
 	FenceService_Put_FullMethodName            = "/fence.v1.FenceService/Put"
 	FenceService_Get_FullMethodName            = "/fence.v1.FenceService/Get"
 	FenceService_ForceRelease_FullMethodName   = "/fence.v1.FenceService/ForceRelease"
@@ -112,6 +113,17 @@ type FenceServiceClient interface {
 	GetLock(ctx context.Context, in *GetLockRequest, opts ...grpc.CallOption) (*GetLockResponse, error)
 	// ListLocks shows locks ordered by name, a page at a time.
 	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
+	// Watch streams what happens to one lock, or to every lock whose name
+	// starts with a prefix: grants, releases (and why), waiters joining and
+	// leaving, lock-delays starting and ending. Each message carries the raft
+	// index its events were applied at; a watch resumes on any member from
+	// the index after the last one it saw. Every member serves it from the
+	// entries it has applied (a follower may lag the leader). An index this
+	// member no longer keeps is FAILED_PRECONDITION with WatchCompacted: list
+	// the locks again (ListLocks, GetLock: their index) and watch from that
+	// index + 1. Needs the read permission on the name (or the prefix's
+	// names, which filter the events) under a policy.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// Put writes a value to the fenced key-value resource if the token is at
 	// least the highest token that key has accepted (FAILED_PRECONDITION with
 	// StaleToken otherwise).
@@ -226,6 +238,25 @@ func (c *fenceServiceClient) ListLocks(ctx context.Context, in *ListLocksRequest
 	return out, nil
 }
 
+func (c *fenceServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FenceService_ServiceDesc.Streams[1], FenceService_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FenceService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
+
 func (c *fenceServiceClient) Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PutResponse)
@@ -298,7 +329,7 @@ func (c *fenceServiceClient) TransferLeader(ctx context.Context, in *TransferLea
 
 func (c *fenceServiceClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &FenceService_ServiceDesc.Streams[1], FenceService_Backup_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &FenceService_ServiceDesc.Streams[2], FenceService_Backup_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -350,6 +381,17 @@ type FenceServiceServer interface {
 	GetLock(context.Context, *GetLockRequest) (*GetLockResponse, error)
 	// ListLocks shows locks ordered by name, a page at a time.
 	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
+	// Watch streams what happens to one lock, or to every lock whose name
+	// starts with a prefix: grants, releases (and why), waiters joining and
+	// leaving, lock-delays starting and ending. Each message carries the raft
+	// index its events were applied at; a watch resumes on any member from
+	// the index after the last one it saw. Every member serves it from the
+	// entries it has applied (a follower may lag the leader). An index this
+	// member no longer keeps is FAILED_PRECONDITION with WatchCompacted: list
+	// the locks again (ListLocks, GetLock: their index) and watch from that
+	// index + 1. Needs the read permission on the name (or the prefix's
+	// names, which filter the events) under a policy.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// Put writes a value to the fenced key-value resource if the token is at
 	// least the highest token that key has accepted (FAILED_PRECONDITION with
 	// StaleToken otherwise).
@@ -411,6 +453,9 @@ func (UnimplementedFenceServiceServer) GetLock(context.Context, *GetLockRequest)
 }
 func (UnimplementedFenceServiceServer) ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListLocks not implemented")
+}
+func (UnimplementedFenceServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedFenceServiceServer) Put(context.Context, *PutRequest) (*PutResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Put not implemented")
@@ -571,6 +616,17 @@ func _FenceService_ListLocks_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _FenceService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FenceServiceServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FenceService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
 func _FenceService_Put_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PutRequest)
@@ -775,6 +831,11 @@ var FenceService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _FenceService_KeepAlive_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _FenceService_Watch_Handler,
+			ServerStreams: true,
 		},
 		{
 			StreamName:    "Backup",

@@ -29,6 +29,9 @@ type LockInfo struct {
 	Waiters     int
 	Delayed     bool // free but in lock-delay after its holder's lease expired
 	LockDelay   time.Duration
+	// Index is the raft index of the state this was read from (Status, List): a
+	// Watch from Index+1 misses no later change.
+	Index uint64
 }
 
 // Held reports whether someone holds the lock.
@@ -49,13 +52,23 @@ func (c *Client) Status(ctx context.Context, name string) (LockInfo, error) {
 	if err != nil {
 		return LockInfo{}, fmt.Errorf("fence: status of %q: %w", name, err)
 	}
-	return lockInfo(resp.GetLock()), nil
+	info := lockInfo(resp.GetLock())
+	info.Index = resp.GetIndex()
+	return info, nil
 }
 
 // List returns every lock that is held, delayed or waited for, by name. It
 // reads page by page; a lock that changes meanwhile is listed as each page
 // saw it.
 func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
+	locks, _, err := c.ListWithIndex(ctx)
+	return locks, err
+}
+
+// ListWithIndex is List that also returns the raft index of the state its
+// first page was read from: a Watch (WatchPrefix "") from index+1 misses no
+// change after the list (it may report some that later pages already show).
+func (c *Client) ListWithIndex(ctx context.Context) (locks []LockInfo, index uint64, err error) {
 	var out []LockInfo
 	for after := ""; ; {
 		var resp *api.ListLocksResponse
@@ -64,13 +77,18 @@ func (c *Client) List(ctx context.Context) ([]LockInfo, error) {
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("fence: list locks: %w", err)
+			return nil, 0, fmt.Errorf("fence: list locks: %w", err)
+		}
+		if after == "" {
+			index = resp.GetIndex()
 		}
 		for _, l := range resp.GetLocks() {
-			out = append(out, lockInfo(l))
+			info := lockInfo(l)
+			info.Index = resp.GetIndex()
+			out = append(out, info)
 		}
 		if !resp.GetMore() || len(resp.GetLocks()) == 0 {
-			return out, nil
+			return out, index, nil
 		}
 		after = resp.GetLocks()[len(resp.GetLocks())-1].GetName()
 	}

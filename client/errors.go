@@ -51,6 +51,10 @@ var (
 	// ErrInvalid: the call was refused for a bad argument (by this client, or
 	// by the server: gRPC code InvalidArgument); nothing was changed.
 	ErrInvalid = errors.New("fence: invalid argument")
+	// ErrCompacted: a Watch asked for events from an index the member no
+	// longer keeps (or the watch fell that far behind): List the locks again
+	// and watch from the list's Index + 1.
+	ErrCompacted = errors.New("fence: watch index no longer kept")
 )
 
 // LockedError is returned by TryLock when the lock is taken, by another

@@ -110,3 +110,44 @@ func ExampleLease_Done() {
 	// Output:
 	// stopped: fence: lock released
 }
+
+// Watch a lock instead of polling it: each change arrives with the raft
+// index it was applied at.
+func ExampleClient_Watch() {
+	addr, certs, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := client.Dial(ctx, []string{addr}, client.WithTLSFiles(certs.CA, certs.Cert, certs.Key), client.WithOwner("report-host"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	w, err := c.Watch(ctx, "jobs/", client.WatchPrefix())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer w.Close()
+
+	lease, err := c.Lock(ctx, "jobs/nightly-report")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lease.Release(ctx)
+
+	for range 2 {
+		e := <-w.Events()
+		line := fmt.Sprintf("%s %s: lease #%d (%s), token %d", e.Type, e.Name, e.Lease, e.Owner, e.Token)
+		if e.Cause != 0 {
+			line += ", " + e.Cause.String()
+		}
+		fmt.Println(line)
+	}
+	// Output:
+	// granted jobs/nightly-report: lease #1 (report-host), token 1
+	// released jobs/nightly-report: lease #1 (report-host), token 1, released
+}

@@ -95,16 +95,16 @@ func Open(path string) (*Log, error) {
 	return &Log{f: f}, nil
 }
 
-var auditKinds = map[fsm.EventKind]string{fsm.LeaseStarted: "lease-started", fsm.LeaseEnded: "lease-ended",
-	fsm.Granted: "granted", fsm.Released: "released"}
+// audited are the events an audit record keeps (named by EventKind.String).
+var audited = map[fsm.EventKind]bool{fsm.LeaseStarted: true, fsm.LeaseEnded: true, fsm.Granted: true, fsm.Released: true}
 
 // Entry records the audited events of one applied entry, if it has any.
 func (a *Log) Entry(index uint64, cmds []fsm.Command, results []fsm.Result) error {
 	rec := Record{Index: index}
 	for i := range results {
 		for _, e := range results[i].Events {
-			if kind, ok := auditKinds[e.Kind]; ok {
-				rec.Events = append(rec.Events, Event{Kind: kind, Cmd: cmds[i].Kind.String(), Lease: e.Number, Lock: e.Name, Token: e.Token})
+			if audited[e.Kind] {
+				rec.Events = append(rec.Events, Event{Kind: e.Kind.String(), Cmd: cmds[i].Kind.String(), Lease: e.Number, Lock: e.Name, Token: e.Token})
 			}
 		}
 	}

@@ -220,7 +220,7 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	pf.BoolVar(&g.insecure, "insecure", false, "talk plaintext (to a server started with --insecure; serve: serve plaintext)")
 	pf.StringVar(&g.tokenFile, "token-file", "", "file holding this client's bearer token, its identity under the servers' policy when it has no certificate (default $FENCE_AUTH_TOKEN; not $FENCE_TOKEN, which is a fencing token)")
 	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
-	root.AddCommand(offline(newServe(g), "insecure", "admin-token-file"), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newRelease(g),
+	root.AddCommand(offline(newServe(g), "insecure", "admin-token-file"), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newWatch(g), newRelease(g),
 		offline(newDemo()), newDemoWorker(), newMembers(g), newSnapshot(g), newBench(g), offline(newCerts()), offline(newPolicy()), offline(newVersion()))
 	root.Version = buildinfo.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")

@@ -178,6 +178,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.DurationVar(&cfg.DefaultLockDelay, "lock-delay", cfg.DefaultLockDelay, "default wait before re-granting a lock whose holder's lease expired (0 disables)")
 	f.DurationVar(&cfg.TickInterval, "tick", cfg.TickInterval, "how often the leader logs elapsed time and checks for expired leases")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots")
+	f.IntVar(&cfg.WatchHistory, "watch-history", cfg.WatchHistory, "lock events kept for watches to start or resume from (about 100 bytes each)")
 	var unusedInterval time.Duration
 	f.DurationVar(&unusedInterval, "snapshot-interval", 0, "no effect (snapshots are taken as soon as --snapshot-threshold entries are applied)")
 	_ = f.MarkDeprecated("snapshot-interval", "it has no effect: snapshots are taken as soon as --snapshot-threshold entries are applied")

@@ -23,11 +23,14 @@ type lockJSON struct {
 	TTLLeftSeconds float64 `json:"ttl_left_seconds"`
 	Waiters        int     `json:"waiters"`
 	Delayed        bool    `json:"delayed"`
+	// Index is the raft index of the state read: fence watch --from index+1
+	// misses no later change.
+	Index uint64 `json:"index"`
 }
 
 func toJSON(l client.LockInfo) lockJSON {
 	return lockJSON{Name: l.Name, Held: l.Held(), HolderLease: l.HolderLease, HolderOwner: l.HolderOwner,
-		Token: l.Token, TTLLeftSeconds: l.TTLLeft.Seconds(), Waiters: l.Waiters, Delayed: l.Delayed}
+		Token: l.Token, TTLLeftSeconds: l.TTLLeft.Seconds(), Waiters: l.Waiters, Delayed: l.Delayed, Index: l.Index}
 }
 
 func newStatus(g *globals) *cobra.Command {
@@ -65,42 +68,54 @@ func newStatus(g *globals) *cobra.Command {
 }
 
 func newLs(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, watch bool
 	cmd := &cobra.Command{
-		Use:     "ls",
-		Short:   "List locks that are held, delayed or waited for",
-		Example: "  fence ls\n  fence ls --json | jq '.[] | select(.waiters > 0)'",
+		Use:   "ls",
+		Short: "List locks that are held, delayed or waited for",
+		Long: `ls lists the locks that are held, delayed or waited for. With --watch it
+then prints every change of every lock as it happens (as 'fence watch' does),
+starting right after the list: nothing is missed in between.`,
+		Example: "  fence ls\n  fence ls --json | jq '.[] | select(.waiters > 0)'\n  fence ls --watch",
 		Args:    usage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				locks, err := c.List(ctx)
+				locks, index, err := c.ListWithIndex(ctx)
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					out := make([]lockJSON, len(locks))
-					for i, l := range locks {
-						out[i] = toJSON(l)
-					}
-					return writeJSON(cmd.OutOrStdout(), out)
+				if err := printLocks(cmd.OutOrStdout(), locks, asJSON); err != nil || !watch {
+					return err
 				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "LOCK\tHOLDER\tTOKEN\tTTL LEFT\tWAITERS")
-				for _, l := range locks {
-					holder, ttl := "-", "-"
-					if l.Held() {
-						holder, ttl = fmt.Sprintf("#%d %s", l.HolderLease, l.HolderOwner), l.TTLLeft.Round(time.Millisecond).String()
-					} else if l.Delayed {
-						holder = "(lock-delay)"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\n", l.Name, holder, l.Token, ttl, l.Waiters)
-				}
-				return tw.Flush()
+				return follow(ctx, c, cmd.OutOrStdout(), "", asJSON, client.WatchPrefix(), client.WatchFrom(index+1))
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (with --watch: the list, then one object per event)")
+	cmd.Flags().BoolVar(&watch, "watch", false, "after the list, print each change as it happens, until interrupted")
 	return cmd
+}
+
+// printLocks writes the list as a table or as JSON.
+func printLocks(w io.Writer, locks []client.LockInfo, asJSON bool) error {
+	if asJSON {
+		out := make([]lockJSON, len(locks))
+		for i, l := range locks {
+			out[i] = toJSON(l)
+		}
+		return writeJSON(w, out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCK\tHOLDER\tTOKEN\tTTL LEFT\tWAITERS")
+	for _, l := range locks {
+		holder, ttl := "-", "-"
+		if l.Held() {
+			holder, ttl = fmt.Sprintf("#%d %s", l.HolderLease, l.HolderOwner), l.TTLLeft.Round(time.Millisecond).String()
+		} else if l.Delayed {
+			holder = "(lock-delay)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\n", l.Name, holder, l.Token, ttl, l.Waiters)
+	}
+	return tw.Flush()
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -200,7 +200,8 @@ type Result struct {
 // EventKind says what happened.
 type EventKind uint8
 
-// Events.
+// Events. The lock events (Granted through WaitEnded) are what a Watch
+// reports; LeaseStarted, LeaseRenewed and LeaseEnded concern leases alone.
 const (
 	// LeaseStarted: a lease was created (Lease, TTL).
 	LeaseStarted EventKind = iota + 1
@@ -208,29 +209,87 @@ const (
 	LeaseRenewed
 	// LeaseEnded: a lease was revoked or expired (Lease).
 	LeaseEnded
-	// Granted: a lock was granted (Lease, Name, Token), directly or to a waiter.
+	// Granted: a lock was granted (Lease, Owner, Name, Token), directly or
+	// to a waiter.
 	Granted
-	// Released: a lock lost its holder (Name).
+	// Released: a lock lost its holder (Name, Lease, Owner, Token of the
+	// grant that ended, Cause: released, expired, revoked or forced).
 	Released
 	// DelayStarted: a lock entered lock-delay (Name, Delay, Token of the
 	// grant that expired); the leader proposes GrantNext with that Token once
 	// it has passed.
 	DelayStarted
-	// WaitCancelled: a lease's queued Acquire left the queue (Lease, Name, Seq).
+	// WaitCancelled: a lease's queued Acquire left the queue because its call
+	// was cancelled (Lease, Owner, Name, Seq).
 	WaitCancelled
+	// DelayEnded: a lock's lock-delay ended (Name, Token of the grant that
+	// expired); the next waiter, if any, is granted in the same command.
+	DelayEnded
+	// WaitStarted: a lease's Acquire joined a lock's queue (Lease, Owner,
+	// Name, Seq).
+	WaitStarted
+	// WaitEnded: a lease left a lock's queue because the lease ended (Lease,
+	// Owner, Name, Seq, Cause: expired or revoked).
+	WaitEnded
 )
 
+var eventNames = [...]string{
+	LeaseStarted: "lease-started", LeaseRenewed: "lease-renewed", LeaseEnded: "lease-ended",
+	Granted: "granted", Released: "released", DelayStarted: "lock-delay-started",
+	WaitCancelled: "wait-cancelled", DelayEnded: "lock-delay-ended", WaitStarted: "wait-started",
+	WaitEnded: "wait-ended",
+}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && eventNames[k] != "" {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// IsLockEvent reports whether k is an event of a lock (what a Watch reports).
+func (k EventKind) IsLockEvent() bool {
+	return k >= Granted && k <= WaitEnded
+}
+
+// Cause says why a grant or a wait ended.
+type Cause uint8
+
+// Causes.
+const (
+	// CauseReleased: the holder released the lock.
+	CauseReleased Cause = iota + 1
+	// CauseExpired: the holder's (or waiter's) lease expired.
+	CauseExpired
+	// CauseRevoked: the holder's (or waiter's) lease was revoked.
+	CauseRevoked
+	// CauseForced: an admin force-released the grant.
+	CauseForced
+)
+
+var causeNames = [...]string{CauseReleased: "released", CauseExpired: "expired", CauseRevoked: "revoked", CauseForced: "force-released"}
+
+func (c Cause) String() string {
+	if int(c) < len(causeNames) && causeNames[c] != "" {
+		return causeNames[c]
+	}
+	return fmt.Sprintf("cause(%d)", uint8(c))
+}
+
 // Event is a side effect of a command, for the server (wake a waiter,
-// schedule an expiry or a lock-delay, update metrics).
+// schedule an expiry or a lock-delay, update metrics, tell watchers).
 type Event struct {
 	Kind  EventKind
 	Lease LeaseID
 	// Number is the lease's public number (0 only if the lease is unknown).
-	Number   uint64
+	Number uint64
+	// Owner is the lease's owner label (lock events of a lease).
+	Owner    string
 	Name     string
 	Token    uint64
 	TTL      time.Duration
 	Renewals uint64
 	Delay    time.Duration
-	Seq      uint64 // the call (WaitCancelled)
+	Seq      uint64 // the call (WaitStarted, WaitCancelled, WaitEnded)
+	Cause    Cause  // Released, WaitEnded
 }

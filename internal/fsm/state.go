@@ -100,7 +100,7 @@ func (s *State) Apply(c *Command) Result {
 			return Result{Code: NotWaiting}
 		}
 		k.delayed = false
-		var r Result
+		r := Result{Events: []Event{{Kind: DelayEnded, Name: k.name, Token: k.token}}}
 		s.handOff(k, &r)
 		return r
 	case KindForceRelease:
@@ -164,19 +164,27 @@ func (s *State) endLease(id LeaseID, expired bool) Result {
 		return Result{Code: LeaseNotFound}
 	}
 	r := Result{Code: OK, LeaseNumber: l.number}
+	cause := CauseRevoked
+	if expired {
+		cause = CauseExpired
+	}
 	for _, name := range l.waits {
 		if planted.Regrant {
 			break // planted bug: the ended lease stays queued
 		}
 		k := s.locks[name]
-		k.waiters = slices.DeleteFunc(k.waiters, func(w waiter) bool { return w.lease == id })
+		i := slices.IndexFunc(k.waiters, func(w waiter) bool { return w.lease == id })
+		r.Events = append(r.Events, Event{Kind: WaitEnded, Name: name, Lease: id, Number: l.number, Owner: l.owner,
+			Seq: k.waiters[i].seq, Cause: cause})
+		k.waiters = slices.Delete(k.waiters, i, i+1)
 		s.forgetIfIdle(k)
 	}
 	for _, name := range l.holds {
 		k := s.locks[name]
 		k.holder = LeaseID{}
 		r.Released = append(r.Released, name)
-		r.Events = append(r.Events, Event{Kind: Released, Name: name, Lease: id, Number: l.number, Token: k.token})
+		r.Events = append(r.Events, Event{Kind: Released, Name: name, Lease: id, Number: l.number, Owner: l.owner,
+			Token: k.token, Cause: cause})
 		if expired && k.lockDelay > 0 {
 			k.delayed, k.delayFrom = true, s.clock
 			r.Events = append(r.Events, Event{Kind: DelayStarted, Name: name, Delay: k.lockDelay, Token: k.token})
@@ -275,7 +283,8 @@ func (s *State) acquire(l *lease, c *Command) Result {
 	}
 	k.waiters = append(k.waiters, waiter{lease: l.id, seq: c.Seq, lockDelay: c.LockDelay})
 	l.waits = insertSorted(l.waits, k.name)
-	return Result{Code: Queued, LeaseNumber: l.number}
+	return Result{Code: Queued, LeaseNumber: l.number,
+		Events: []Event{{Kind: WaitStarted, Name: k.name, Lease: l.id, Number: l.number, Owner: l.owner, Seq: c.Seq}}}
 }
 
 // describeHolder fills a LockHeld result with who holds k (nothing if k is free).
@@ -295,13 +304,14 @@ func (s *State) release(l *lease, c *Command) Result {
 		return Result{Code: NotHolder, LeaseNumber: l.number}
 	}
 	r := Result{Code: OK, LeaseNumber: l.number}
-	s.unhold(k, l, &r)
+	s.unhold(k, l, CauseReleased, &r)
 	return r
 }
 
 // unhold ends the grant of k held by l and hands k on at once.
-func (s *State) unhold(k *lock, l *lease, r *Result) {
-	r.Events = append(r.Events, Event{Kind: Released, Name: k.name, Lease: l.id, Number: l.number, Token: k.token})
+func (s *State) unhold(k *lock, l *lease, cause Cause, r *Result) {
+	r.Events = append(r.Events, Event{Kind: Released, Name: k.name, Lease: l.id, Number: l.number, Owner: l.owner,
+		Token: k.token, Cause: cause})
 	l.holds = removeSorted(l.holds, k.name)
 	k.holder = LeaseID{}
 	s.handOff(k, r)
@@ -317,7 +327,7 @@ func (s *State) forceRelease(c *Command) Result {
 	}
 	l := s.leases[k.holder]
 	r := Result{Code: OK, LeaseNumber: l.number, Owner: l.owner, Token: k.token, Released: []string{k.name}}
-	s.unhold(k, l, &r)
+	s.unhold(k, l, CauseForced, &r)
 	return r
 }
 
@@ -336,7 +346,7 @@ func (s *State) cancelWait(c *Command) Result {
 	l.calls.settle(c.Seq, Cancelled, 0)
 	s.forgetIfIdle(k)
 	return Result{Code: OK, LeaseNumber: l.number,
-		Events: []Event{{Kind: WaitCancelled, Lease: l.id, Number: l.number, Name: c.Name, Seq: c.Seq}}}
+		Events: []Event{{Kind: WaitCancelled, Lease: l.id, Number: l.number, Owner: l.owner, Name: c.Name, Seq: c.Seq}}}
 }
 
 func (s *State) put(c *Command) Result {
@@ -381,7 +391,7 @@ func (s *State) grant(k *lock, l *lease, delay time.Duration, r *Result) {
 	s.token++
 	k.holder, k.token, k.lockDelay = l.id, s.token, delay
 	l.holds = insertSorted(l.holds, k.name)
-	r.Events = append(r.Events, Event{Kind: Granted, Lease: l.id, Number: l.number, Name: k.name, Token: k.token})
+	r.Events = append(r.Events, Event{Kind: Granted, Lease: l.id, Number: l.number, Owner: l.owner, Name: k.name, Token: k.token})
 }
 
 func (s *State) forgetIfIdle(k *lock) {

@@ -297,12 +297,7 @@ func TestApply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := New()
-			for i := range tt.history {
-				if r := s.Apply(&tt.history[i]); r.Code != OK && r.Code != Queued {
-					t.Fatalf("history[%d] %v: %v %s", i, tt.history[i].Kind, r.Code, r.Reason)
-				}
-			}
+			s := withHistory(t, tt.history)
 			before, beforeSans := s.Marshal(nil), withoutCalls(s)
 			r := s.Apply(&tt.cmd)
 			if r.Code != tt.want {
@@ -326,6 +321,19 @@ func TestApply(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withHistory is a new state with history applied, each command granted
+// or queued.
+func withHistory(t *testing.T, history []Command) *State {
+	t.Helper()
+	s := New()
+	for i := range history {
+		if r := s.Apply(&history[i]); r.Code != OK && r.Code != Queued {
+			t.Fatalf("history[%d] %v: %v %s", i, history[i].Kind, r.Code, r.Reason)
+		}
+	}
+	return s
 }
 
 func hasEvent(r Result, kind EventKind, lease LeaseID, token uint64) bool {

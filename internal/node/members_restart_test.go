@@ -60,7 +60,7 @@ func TestRestartedMemberRefusesStrangersBeforeReplay(t *testing.T) {
 	defer store.Close()
 	var g *group
 	c, err := newCore(coreConfig{
-		id: RaftID("rt"), log: store, sm: &replica{state: fsm.New(), log: discard, restored: func() {}},
+		id: RaftID("rt"), log: store, sm: &replica{state: fsm.New(), log: discard, restored: func(uint64) {}},
 		electionTick: 10, heartbeatTick: 2, snapshotThreshold: 10000, trailing: 100, logger: discard, raftLogLevel: slog_off,
 		leadership: func(bool) {},
 		membersChanged: func(ms members, removed removedSet) {

@@ -26,6 +26,7 @@ import (
 	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/raftstore"
 	"github.com/fencehq/fence/internal/transport"
+	"github.com/fencehq/fence/internal/watch"
 )
 
 // Config is what a node needs. The server fills it from its own Config.
@@ -76,6 +77,9 @@ type Config struct {
 	// 10 to 20 ticks without a leader, and the leader heartbeats every
 	// HeartbeatTimeout.
 	HeartbeatTimeout, ElectionTimeout time.Duration
+	// WatchHistory is how many lock events the node keeps for watchers to
+	// resume from (0: watch.DefaultMaxEvents).
+	WatchHistory int
 
 	// AuditFile, if set, receives one audit.Record per audited entry.
 	AuditFile string
@@ -115,9 +119,10 @@ type Node struct {
 	proposer *proposer
 	lessor   *lessor
 	waiters  waiters
-	addrs    *addrBook   // members' client addresses, for the leader to record
-	audit    *audit.Log  // nil unless Config.AuditFile is set
-	led      atomic.Bool // this node has led (read only by a planted bug)
+	history  *watch.History // the lock events applied, for Watch
+	addrs    *addrBook      // members' client addresses, for the leader to record
+	audit    *audit.Log     // nil unless Config.AuditFile is set
+	led      atomic.Bool    // this node has led (read only by a planted bug)
 	// leaderEnd is closed when this node's leadership ends (closed while it
 	// does not lead); see LeadershipEnds.
 	leaderMu  sync.Mutex
@@ -191,6 +196,7 @@ func (n *Node) open() error {
 		}
 	}
 
+	n.history = watch.New(cfg.WatchHistory, 0)
 	n.replica = &replica{state: fsm.New(), applied: n.applied, restored: n.restored, log: n.log}
 	tick := max(time.Millisecond, cfg.ElectionTimeout/10)
 	var g *group
@@ -421,7 +427,8 @@ func (n *Node) moved() {
 }
 
 // restored runs on the apply path (replica locked) after a snapshot restore.
-func (n *Node) restored() {
+func (n *Node) restored(index uint64) {
+	n.history.Reset(index)
 	n.waiters.wakeAll()
 	if n.audit != nil {
 		if err := n.audit.Restored(); err != nil {
@@ -438,6 +445,7 @@ func (n *Node) applied(index uint64, cmds []fsm.Command, results []fsm.Result) {
 		}
 	}
 	n.lessor.applied(results)
+	n.history.Publish(index, results)
 	m := n.cfg.Metrics
 	for i := range results {
 		r := &results[i]
@@ -591,6 +599,18 @@ func (n *Node) Read(ctx context.Context, fn func(*fsm.State)) error {
 
 // View runs fn on this node's state as applied so far (not linearizable).
 func (n *Node) View(fn func(*fsm.State)) { n.replica.read(fn) }
+
+// ViewAt is View that also tells fn the index of the last entry applied to
+// the state it sees: a Watch from the next index misses nothing after it.
+func (n *Node) ViewAt(fn func(s *fsm.State, index uint64)) { n.replica.readAt(fn) }
+
+// Watch starts a watcher of the lock events this node applies, of the lock
+// name (or, with prefix, of the names that start with it), from index from
+// (0: from the next entry). An index older than this node keeps is
+// watch.ErrCompacted.
+func (n *Node) Watch(name string, prefix bool, from uint64) (*watch.Watcher, error) {
+	return n.history.Watch(name, prefix, from)
+}
 
 // Wait returns a channel that is signalled when call seq of lease may have
 // been granted name or cancelled, or when the lease ends. Call it before

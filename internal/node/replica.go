@@ -18,8 +18,9 @@ type replica struct {
 	// applied is called with mu held for writing after each entry, with the
 	// entry's index, commands and results, in log order. It must not block.
 	applied func(index uint64, cmds []fsm.Command, results []fsm.Result)
-	// restored is called with mu held for writing after a snapshot replaced the state.
-	restored func()
+	// restored is called with mu held for writing after a snapshot taken at
+	// index replaced the state.
+	restored func(index uint64)
 	log      *slog.Logger
 }
 
@@ -59,7 +60,7 @@ func (r *replica) restore(index uint64, b []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.state, r.index = s, index
-	r.restored()
+	r.restored(index)
 	return nil
 }
 
@@ -68,4 +69,11 @@ func (r *replica) read(fn func(s *fsm.State)) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	fn(r.state)
+}
+
+// readAt is read that also passes the index of the last entry applied.
+func (r *replica) readAt(fn func(s *fsm.State, index uint64)) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	fn(r.state, r.index)
 }

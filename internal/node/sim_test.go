@@ -143,7 +143,7 @@ func newSim(cfg simConfig) *sim {
 func (s *sim) start(n *simNode, boot []Member) {
 	n.rep = &replica{state: fsm.New(), log: discard,
 		applied:  func(index uint64, cmds []fsm.Command, results []fsm.Result) { s.check.applied(n, index, cmds, results) },
-		restored: func() { s.check.restored(n) }}
+		restored: func(uint64) { s.check.restored(n) }}
 	c, err := newCore(coreConfig{id: n.id, log: n.log, sm: n.rep, electionTick: 10, heartbeatTick: 1,
 		snapshotThreshold: 40, trailing: 5, logger: discard, raftLogLevel: slog.LevelError + 100,
 		leadership:     func(leading bool) { s.logf("%s leading=%v", n.name, leading) },

@@ -45,6 +45,7 @@ var needs = map[string]need{
 	api.FenceService_Put_FullMethodName:            {policy.Acquire, keyed[*api.PutRequest]},
 	api.FenceService_GetLock_FullMethodName:        {policy.Read, named[*api.GetLockRequest]},
 	api.FenceService_ListLocks_FullMethodName:      {policy.Read, nil}, // the answer holds only the caller's names
+	api.FenceService_Watch_FullMethodName:          {policy.Read, nil}, // judged per name by the handler
 	api.FenceService_Get_FullMethodName:            {policy.Read, keyed[*api.GetRequest]},
 	api.FenceService_Members_FullMethodName:        {policy.Read, nil},
 	api.FenceService_ForceRelease_FullMethodName:   {policy.Admin, named[*api.ForceReleaseRequest]},

@@ -15,6 +15,7 @@ import (
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/node"
 	"github.com/fencehq/fence/internal/pki"
+	"github.com/fencehq/fence/internal/watch"
 )
 
 // Default addresses of a single node.
@@ -128,6 +129,9 @@ type Config struct {
 	SnapshotThreshold uint64
 	// TrailingLogs is how many entries to keep after a snapshot (for slow followers).
 	TrailingLogs uint64
+	// WatchHistory is how many lock events the node keeps for Watch calls
+	// to start or resume from (older ones: FAILED_PRECONDITION, list again).
+	WatchHistory int
 	// HeartbeatTimeout is how often the leader heartbeats; ElectionTimeout is
 	// how long a follower waits without hearing from a leader before it starts
 	// an election (randomized up to twice that). Raft ticks every
@@ -222,6 +226,7 @@ func DefaultConfig() Config {
 		MaxBatch:          1024,
 		SnapshotThreshold: 16384,
 		TrailingLogs:      10240,
+		WatchHistory:      watch.DefaultMaxEvents,
 		HeartbeatTimeout:  100 * time.Millisecond,
 		ElectionTimeout:   500 * time.Millisecond,
 		JoinTimeout:       2 * time.Minute,
@@ -269,6 +274,7 @@ func (c *Config) Validate() error {
 	check(c.TickInterval < c.MinTTL, "tick interval %v must be shorter than the minimum TTL %v", c.TickInterval, c.MinTTL)
 	check(c.MaxBatch >= 1, "max batch %d must be at least 1", c.MaxBatch)
 	check(c.SnapshotThreshold >= 1, "snapshot threshold must be at least 1")
+	check(c.WatchHistory >= 1 && c.WatchHistory <= maxWatchHistory, "watch history %d is outside 1…%d events", c.WatchHistory, maxWatchHistory)
 	check(c.ElectionTimeout >= 10*time.Millisecond, "election timeout %v must be at least 10ms", c.ElectionTimeout)
 	check(c.HeartbeatTimeout >= c.ElectionTimeout/10 && c.HeartbeatTimeout <= c.ElectionTimeout/2,
 		"heartbeat timeout %v must be between a tenth and a half of the election timeout %v", c.HeartbeatTimeout, c.ElectionTimeout)

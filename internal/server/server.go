@@ -160,7 +160,7 @@ func (s *Server) open() (err error) {
 	}
 	ncfg := node.Config{Name: cfg.NodeID, DataDir: cfg.DataDir, RaftAddr: s.AdvertisedRaftAddr(), RaftListener: s.raftLis, ClientAddr: s.AdvertisedGRPCAddr(),
 		WrapTransport: cfg.WrapTransport, TickInterval: cfg.TickInterval, MaxBatch: cfg.MaxBatch,
-		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs,
+		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, WatchHistory: cfg.WatchHistory,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 		AuditFile: cfg.AuditFile, Clock: cfg.Clock, Metrics: s.metrics, Logger: s.log, RaftLogLevel: raftLevel}
 	if s.tls != nil {

@@ -463,13 +463,14 @@ func (v *service) GetLock(ctx context.Context, r *api.GetLockRequest) (*api.GetL
 	if err := v.s.linearizableRead(ctx); err != nil {
 		return nil, err
 	}
-	info := &api.LockInfo{Name: r.GetName()}
-	v.s.node.View(func(s *fsm.State) {
+	resp := &api.GetLockResponse{Lock: &api.LockInfo{Name: r.GetName()}}
+	v.s.node.ViewAt(func(s *fsm.State, index uint64) {
 		if k, ok := s.Lock(r.GetName()); ok {
-			info = v.lockInfo(k)
+			resp.Lock = v.lockInfo(k)
 		}
+		resp.Index = index
 	})
-	return &api.GetLockResponse{Lock: info}, nil
+	return resp, nil
 }
 
 // Page sizes of ListLocks.
@@ -499,12 +500,12 @@ func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.
 	if pol, c := v.s.policy.Load(), callerOf(ctx); pol != nil && !c.admin {
 		keep = func(name string) bool { return pol.Allows(c.identity, policy.Read, name) }
 	}
-	v.s.node.View(func(s *fsm.State) {
+	v.s.node.ViewAt(func(s *fsm.State, index uint64) {
 		page, more := s.LocksAfter(r.GetAfter(), limit, keep)
 		for _, k := range page {
 			resp.Locks = append(resp.Locks, v.lockInfo(k))
 		}
-		resp.More = more
+		resp.More, resp.Index = more, index
 	})
 	return resp, nil
 }
