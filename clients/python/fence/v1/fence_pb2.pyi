@@ -149,10 +149,12 @@ class GetLockRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GetLockResponse(_message.Message):
-    __slots__ = ["lock"]
+    __slots__ = ["index", "lock"]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
+    index: int
     lock: LockInfo
-    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ...) -> None: ...
+    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ..., index: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ["key"]
@@ -199,12 +201,49 @@ class ListLocksRequest(_message.Message):
     def __init__(self, after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ListLocksResponse(_message.Message):
-    __slots__ = ["locks", "more"]
+    __slots__ = ["index", "locks", "more"]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
     LOCKS_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    index: int
     locks: _containers.RepeatedCompositeFieldContainer[LockInfo]
     more: bool
-    def __init__(self, locks: _Optional[_Iterable[_Union[LockInfo, _Mapping]]] = ..., more: bool = ...) -> None: ...
+    def __init__(self, locks: _Optional[_Iterable[_Union[LockInfo, _Mapping]]] = ..., more: bool = ..., index: _Optional[int] = ...) -> None: ...
+
+class LockEvent(_message.Message):
+    __slots__ = ["cause", "lease_number", "lock_delay", "name", "owner", "token", "type"]
+    class Cause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = []
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = []
+    CAUSE_CANCELLED: LockEvent.Cause
+    CAUSE_EXPIRED: LockEvent.Cause
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FORCE_RELEASED: LockEvent.Cause
+    CAUSE_RELEASED: LockEvent.Cause
+    CAUSE_REVOKED: LockEvent.Cause
+    CAUSE_UNSPECIFIED: LockEvent.Cause
+    LEASE_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_GRANTED: LockEvent.Type
+    TYPE_LOCK_DELAY_ENDED: LockEvent.Type
+    TYPE_LOCK_DELAY_STARTED: LockEvent.Type
+    TYPE_RELEASED: LockEvent.Type
+    TYPE_UNSPECIFIED: LockEvent.Type
+    TYPE_WAITER_JOINED: LockEvent.Type
+    TYPE_WAITER_LEFT: LockEvent.Type
+    cause: LockEvent.Cause
+    lease_number: int
+    lock_delay: _duration_pb2.Duration
+    name: str
+    owner: str
+    token: int
+    type: LockEvent.Type
+    def __init__(self, type: _Optional[_Union[LockEvent.Type, str]] = ..., name: _Optional[str] = ..., lease_number: _Optional[int] = ..., owner: _Optional[str] = ..., token: _Optional[int] = ..., cause: _Optional[_Union[LockEvent.Cause, str]] = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LockHeld(_message.Message):
     __slots__ = ["delayed", "holder_lease_number", "holder_owner", "name", "token"]
@@ -363,6 +402,32 @@ class TransferLeaderResponse(_message.Message):
     LEADER_FIELD_NUMBER: _ClassVar[int]
     leader: str
     def __init__(self, leader: _Optional[str] = ...) -> None: ...
+
+class WatchCompacted(_message.Message):
+    __slots__ = ["from_index", "oldest_index"]
+    FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    from_index: int
+    oldest_index: int
+    def __init__(self, from_index: _Optional[int] = ..., oldest_index: _Optional[int] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ["from_index", "name", "prefix"]
+    FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    from_index: int
+    name: str
+    prefix: bool
+    def __init__(self, name: _Optional[str] = ..., prefix: bool = ..., from_index: _Optional[int] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ["events", "index"]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[LockEvent]
+    index: int
+    def __init__(self, index: _Optional[int] = ..., events: _Optional[_Iterable[_Union[LockEvent, _Mapping]]] = ...) -> None: ...
 
 class Suffrage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

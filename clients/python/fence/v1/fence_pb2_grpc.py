@@ -53,6 +53,11 @@ class FenceServiceStub(object):
                 request_serializer=fence_dot_v1_dot_fence__pb2.ListLocksRequest.SerializeToString,
                 response_deserializer=fence_dot_v1_dot_fence__pb2.ListLocksResponse.FromString,
                 )
+        self.Watch = channel.unary_stream(
+                '/fence.v1.FenceService/Watch',
+                request_serializer=fence_dot_v1_dot_fence__pb2.WatchRequest.SerializeToString,
+                response_deserializer=fence_dot_v1_dot_fence__pb2.WatchResponse.FromString,
+                )
         self.Put = channel.unary_unary(
                 '/fence.v1.FenceService/Put',
                 request_serializer=fence_dot_v1_dot_fence__pb2.PutRequest.SerializeToString,
@@ -158,6 +163,22 @@ class FenceServiceServicer(object):
 
     def ListLocks(self, request, context):
         """ListLocks shows locks ordered by name, a page at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Watch streams what happens to one lock, or to every lock whose name
+        starts with a prefix: grants, releases (and why), waiters joining and
+        leaving, lock-delays starting and ending. Each message carries the raft
+        index its events were applied at; a watch resumes on any member from
+        the index after the last one it saw. Every member serves it from the
+        entries it has applied (a follower may lag the leader). An index this
+        member no longer keeps is FAILED_PRECONDITION with WatchCompacted: list
+        the locks again (ListLocks, GetLock: their index) and watch from that
+        index + 1. Needs the read permission on the name (or the prefix's
+        names, which filter the events) under a policy.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -271,6 +292,11 @@ def add_FenceServiceServicer_to_server(servicer, server):
                     servicer.ListLocks,
                     request_deserializer=fence_dot_v1_dot_fence__pb2.ListLocksRequest.FromString,
                     response_serializer=fence_dot_v1_dot_fence__pb2.ListLocksResponse.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=fence_dot_v1_dot_fence__pb2.WatchRequest.FromString,
+                    response_serializer=fence_dot_v1_dot_fence__pb2.WatchResponse.SerializeToString,
             ),
             'Put': grpc.unary_unary_rpc_method_handler(
                     servicer.Put,
@@ -442,6 +468,23 @@ class FenceService(object):
         return grpc.experimental.unary_unary(request, target, '/fence.v1.FenceService/ListLocks',
             fence_dot_v1_dot_fence__pb2.ListLocksRequest.SerializeToString,
             fence_dot_v1_dot_fence__pb2.ListLocksResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/fence.v1.FenceService/Watch',
+            fence_dot_v1_dot_fence__pb2.WatchRequest.SerializeToString,
+            fence_dot_v1_dot_fence__pb2.WatchResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
