@@ -74,7 +74,7 @@ func (s *Server) gateway(svc *service) http.Handler {
 		call, under := strings.CutPrefix(r.URL.Path, "/v1/")
 		m, isUnary := unary[call]
 		if !under || (!isUnary && call != "KeepAlive") {
-			writeStatus(w, status.Newf(codes.Unimplemented, "no call %q: POST /v1/<call> with one of %s (Backup: use fence snapshot save)", call, strings.Join(names, ", ")))
+			writeStatus(w, status.Newf(codes.Unimplemented, "no call %q: POST /v1/<call> with one of %s (Backup: use fence snapshot save; Watch, a stream: gRPC or fence watch)", call, strings.Join(names, ", ")))
 			return
 		}
 		if r.Method != http.MethodPost {
