@@ -117,7 +117,7 @@ func (c *Client) Watch(ctx context.Context, name string, opts ...WatchOption) (*
 		opt(&o)
 	}
 	if name == "" && !o.prefix {
-		return nil, fmt.Errorf("%w: watch: empty lock name (use WatchPrefix to watch every lock)", ErrInvalid)
+		return nil, fmt.Errorf("%w: watch: empty lock name (a prefix watch of \"\" watches every lock: WatchPrefix, fence watch --prefix '')", ErrInvalid)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watch{c: c, cancel: cancel, events: make(chan LockEvent, 256), done: make(chan struct{}),
