@@ -193,6 +193,13 @@ func (c *Client) indexOf(addr string) (int32, bool) {
 	return int32(len(grown) - 1), true
 }
 
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Close revokes every lease the client holds (their Done channels close with
 // ErrClosed) and closes the connection.
 func (c *Client) Close() error {

@@ -186,6 +186,9 @@ func (w *Watch) run(ctx context.Context, started chan<- error) {
 	defer close(w.events)
 	first := true
 	err := w.c.retry(ctx, func(ctx context.Context) error {
+		if w.c.isClosed() { // its connections are closed: every stream would fail at once, forever
+			return ErrClosed
+		}
 		err := w.stream(ctx, func() {
 			if first {
 				first = false
