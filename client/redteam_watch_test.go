@@ -2,9 +2,16 @@ package client_test
 
 import (
 	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
 )
 
@@ -36,5 +43,75 @@ func TestRedTeamWatchEndsWhenTheClientCloses(t *testing.T) {
 	}
 	if !errors.Is(w.Err(), client.ErrClosed) {
 		t.Fatalf("Err %v, want ErrClosed", w.Err())
+	}
+}
+
+// compactedMember is a member whose Watch says it keeps no events from the
+// asked index (a member that restarted from a recent snapshot).
+type compactedMember struct {
+	api.UnimplementedFenceServiceServer
+	watches atomic.Int32
+}
+
+func (m *compactedMember) Watch(r *api.WatchRequest, _ api.FenceService_WatchServer) error {
+	m.watches.Add(1)
+	st, err := status.New(codes.FailedPrecondition, "the events from that index on are no longer all kept here").
+		WithDetails(&api.WatchCompacted{FromIndex: r.GetFromIndex(), OldestIndex: r.GetFromIndex() + 1000})
+	if err != nil {
+		return err
+	}
+	return st.Err()
+}
+
+// TestRedTeamWatchTriesTheOtherMembersBeforeCompacted: one member no
+// longer keeps the index a watch asks for (it restarted from a snapshot
+// since), another still does. "Any member serves a watch" and a watch
+// "resumes from the index after the last it saw": ErrCompacted ("list
+// again") should come only when no member keeps the index, not from the
+// first member that happens to be current.
+func TestRedTeamWatchTriesTheOtherMembersBeforeCompacted(t *testing.T) {
+	ts := startServer(t)
+	setup := dial(t, ts.addr)
+	if _, err := setup.Lock(ctxT(t, 5*time.Second), "a"); err != nil {
+		t.Fatal(err)
+	}
+	_, index, err := setup.ListWithIndex(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Lock(ctxT(t, 5*time.Second), "b"); err != nil {
+		t.Fatal(err)
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &compactedMember{}
+	gs := grpc.NewServer()
+	api.RegisterFenceServiceServer(gs, fake)
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	// The client's current member is the compacted one: the real member is
+	// down while it dials, and back before the watch.
+	ts.stop()
+	c, err := client.Dial(ctxT(t, 5*time.Second), []string{lis.Addr().String(), ts.addr}, client.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ts.start()
+
+	w, err := c.Watch(ctxT(t, 20*time.Second), "", client.WatchPrefix(), client.WatchFrom(index+1))
+	if fake.watches.Load() == 0 {
+		t.Fatal("setup: the compacted member was not asked")
+	}
+	if err != nil {
+		t.Fatalf("Watch from %d: %v; the other member keeps that index", index+1, err)
+	}
+	defer w.Close()
+	if e := nextEvent(t, w); e.Name != "b" || e.Type != client.Granted {
+		t.Fatalf("got %q, want b's grant", show(e))
 	}
 }
