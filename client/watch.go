@@ -109,8 +109,9 @@ func WatchFrom(index uint64) WatchOption { return func(o *watchOptions) { o.from
 // watch moves to the next one and resumes from the index after the last it
 // saw, so no event is lost or repeated. Events closes when ctx ends, when
 // the watch is closed, or on an error that resuming cannot mend; Err then
-// says which. An error matching ErrCompacted means the member no longer
-// keeps the events from that index: List again and watch from its Index+1.
+// says which. An error matching ErrCompacted means no member keeps the
+// events from that index (each was asked): List again and watch from its
+// Index+1.
 func (c *Client) Watch(ctx context.Context, name string, opts ...WatchOption) (*Watch, error) {
 	var o watchOptions
 	for _, opt := range opts {
@@ -185,19 +186,32 @@ func (w *Watch) run(ctx context.Context, started chan<- error) {
 	defer close(w.done)
 	defer close(w.events)
 	first := true
+	compacted := 0 // members in a row that keep no events from the index asked
 	err := w.c.retry(ctx, func(ctx context.Context) error {
 		if w.c.isClosed() { // its connections are closed: every stream would fail at once, forever
 			return ErrClosed
 		}
+		answered := false
 		err := w.stream(ctx, func() {
+			answered = true
 			if first {
 				first = false
 				started <- nil
 			}
 		})
+		if answered {
+			compacted = 0
+		}
 		if errors.Is(err, io.EOF) {
 			// The member ended the stream without a status: move on.
 			return status.Error(codes.Unavailable, "the member ended the watch")
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			// This member no longer keeps the index (it restarted from a
+			// snapshot since, say); another may: ErrCompacted only when none does.
+			if compacted++; compacted < len(w.c.members()) {
+				return status.Error(codes.Unavailable, status.Convert(err).Message())
+			}
 		}
 		return err
 	})
