@@ -115,3 +115,60 @@ func TestRedTeamWatchTriesTheOtherMembersBeforeCompacted(t *testing.T) {
 		t.Fatalf("got %q, want b's grant", show(e))
 	}
 }
+
+// freshMember is a member that has applied no command yet (a new cluster):
+// its first Watch starts at index 0 (the start mark says 0) and then its
+// stream breaks; the next Watch is recorded.
+type freshMember struct {
+	api.UnimplementedFenceServiceServer
+	calls atomic.Int32
+	from  chan uint64
+}
+
+func (m *freshMember) Watch(r *api.WatchRequest, s api.FenceService_WatchServer) error {
+	if m.calls.Add(1) == 1 {
+		if err := s.Send(&api.WatchResponse{Index: 0}); err != nil {
+			return err
+		}
+		return status.Error(codes.Unavailable, "member going away")
+	}
+	select {
+	case m.from <- r.GetFromIndex():
+	default:
+	}
+	if err := s.Send(&api.WatchResponse{Index: max(r.GetFromIndex(), 1) - 1}); err != nil {
+		return err
+	}
+	<-s.Context().Done()
+	return s.Context().Err()
+}
+
+// TestRedTeamWatchResumesAfterAStartAtIndexZero: a watch (without
+// WatchFrom) whose start mark is index 0 has seen "everything up to 0";
+// when its stream breaks it must resume from 1, not ask for "from the next
+// entry" (FromIndex 0) again, which loses every event applied in between.
+func TestRedTeamWatchResumesAfterAStartAtIndexZero(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &freshMember{from: make(chan uint64, 1)}
+	gs := grpc.NewServer()
+	api.RegisterFenceServiceServer(gs, fake)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	c := dial(t, lis.Addr().String())
+	w, err := c.Watch(ctxT(t, 10*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	select {
+	case from := <-fake.from:
+		if from != 1 {
+			t.Fatalf("resumed with FromIndex %d after a start mark at 0, want 1 (0 means \"from the next entry\": a gap)", from)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not resume")
+	}
+}
