@@ -124,7 +124,7 @@ func (c *Client) Watch(ctx context.Context, name string, opts ...WatchOption) (*
 	w := &Watch{c: c, cancel: cancel, events: make(chan LockEvent, 256), done: make(chan struct{}),
 		req: &api.WatchRequest{Name: name, Prefix: o.prefix, FromIndex: o.from}}
 	if o.from > 0 {
-		w.last = o.from - 1
+		w.last, w.placed = o.from-1, true
 	}
 	started := make(chan error, 1)
 	go w.run(ctx, started)
@@ -150,9 +150,10 @@ type Watch struct {
 	events chan LockEvent
 	done   chan struct{}
 
-	mu   sync.Mutex
-	last uint64 // the last index looked at: the watch resumes after it
-	err  error
+	mu     sync.Mutex
+	last   uint64 // the last index looked at: the watch resumes after it
+	placed bool   // last is set (a member answered, or WatchFrom): resume after it even if it is 0
+	err    error
 }
 
 // Events delivers the changes; it is closed when the watch ends (see Err).
@@ -230,10 +231,12 @@ func (w *Watch) run(ctx context.Context, started chan<- error) {
 // stream runs one Watch stream from the index after the last seen; opened
 // is called once the member has answered.
 func (w *Watch) stream(ctx context.Context, opened func()) error {
-	req := &api.WatchRequest{Name: w.req.GetName(), Prefix: w.req.GetPrefix(), FromIndex: w.req.GetFromIndex()}
-	if last := w.Index(); last > 0 || req.FromIndex > 0 {
-		req.FromIndex = last + 1
+	req := &api.WatchRequest{Name: w.req.GetName(), Prefix: w.req.GetPrefix()}
+	w.mu.Lock()
+	if w.placed {
+		req.FromIndex = w.last + 1
 	}
+	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s, err := w.c.leader().Watch(ctx, req)
@@ -254,7 +257,7 @@ func (w *Watch) stream(ctx context.Context, opened func()) error {
 			}
 		}
 		w.mu.Lock()
-		w.last = r.GetIndex()
+		w.last, w.placed = r.GetIndex(), true
 		w.mu.Unlock()
 	}
 }
