@@ -70,6 +70,9 @@ type Server struct {
 	closed         sync.Once
 	// stopHealth ends the health status updates (serveHealth).
 	stopHealth chan struct{}
+	// closing is closed when Close begins: open Watch streams end at once
+	// (UNAVAILABLE) instead of holding GracefulStop up.
+	closing chan struct{}
 }
 
 // streamWorkers is the size of the gRPC server's pool of call goroutines:
@@ -225,7 +228,7 @@ func (s *Server) open() (err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: time.Second}))
 	svc := &service{s: s}
 	api.RegisterFenceServiceServer(s.grpc, svc)
-	s.stopHealth = make(chan struct{})
+	s.stopHealth, s.closing = make(chan struct{}), make(chan struct{})
 	s.serveHealth(s.grpc, s.stopHealth)
 	go s.grpc.Serve(s.grpcLis)
 
@@ -477,6 +480,7 @@ func (s *Server) Close() error {
 	s.closed.Do(func() {
 		if s.stopHealth != nil {
 			close(s.stopHealth)
+			close(s.closing)
 		}
 		if s.grpc != nil {
 			stopped := make(chan struct{})

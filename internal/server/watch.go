@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -21,7 +22,15 @@ const watchProgressEvery = time.Second
 // Watch streams the lock events this node applies (see the proto). Any
 // member serves it, from its own history of applied entries.
 func (v *service) Watch(r *api.WatchRequest, stream api.FenceService_WatchServer) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() { // a closing server ends its watches at once: they hold GracefulStop up
+		select {
+		case <-v.s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if r.GetName() != "" || !r.GetPrefix() {
 		what := "lock name"
 		if r.GetPrefix() {
@@ -64,6 +73,13 @@ func (v *service) Watch(r *api.WatchRequest, stream api.FenceService_WatchServer
 			continue // nothing the caller may see: no message (its next progress mark moves on)
 		}
 		err = stream.Send(resp)
+	}
+	select {
+	case <-v.s.closing:
+		if stream.Context().Err() == nil {
+			return status.Error(codes.Unavailable, "this member is shutting down: watch again on another member")
+		}
+	default:
 	}
 	return watchErr(err)
 }
