@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,19 +18,26 @@ import (
 // scan. Any caller can open such watches, one after another.
 func TestRedTeamWatchScanDoesNotStallPublish(t *testing.T) {
 	const kept = 400_000
-	h := New(kept, 0)
+	h := New(2*kept, 0) // room for the Publishes below: nothing is dropped
 	for i := uint64(1); i <= kept; i++ {
-		h.Publish(i, []fsm.Result{granted("busy", i)})
+		name := "busy"
+		if i == kept {
+			name = "quiet" // the one batch the watchers below find, after looking at every other
+		}
+		h.Publish(i, []fsm.Result{granted(name, i)})
 	}
-	done, cancel := context.WithCancel(context.Background())
-	cancel() // Next scans once, then returns at once
 	coldScan := func() time.Duration {
-		w, err := h.Watch("quiet", false, h.first)
+		w, err := h.Watch("quiet", false, 1)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return 0
 		}
 		start := time.Now()
-		w.Next(done, time.Hour)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if b, err := w.Next(ctx, time.Hour); err != nil || b.Index != kept {
+			t.Errorf("found index %d (%v), want %d", b.Index, err, kept)
+		}
 		return time.Since(start)
 	}
 	scan := coldScan()
@@ -44,7 +52,7 @@ func TestRedTeamWatchScanDoesNotStallPublish(t *testing.T) {
 	scanning := make(chan struct{})
 	go func() {
 		defer close(scanning)
-		for range 50 {
+		for range 2000 { // until stopped (bounded)
 			select {
 			case <-stop:
 				return
@@ -53,19 +61,23 @@ func TestRedTeamWatchScanDoesNotStallPublish(t *testing.T) {
 			coldScan()
 		}
 	}()
-	var worst time.Duration
+	var waits []time.Duration
 	index := uint64(kept)
 	for range 200 {
 		index++
 		start := time.Now()
 		h.Publish(index, []fsm.Result{granted("busy", index)})
-		worst = max(worst, time.Since(start))
+		waits = append(waits, time.Since(start))
 		time.Sleep(200 * time.Microsecond)
 	}
 	close(stop)
 	<-scanning
-	if worst > scan/4 {
-		t.Fatalf("a Publish waited %v for watchers that scan (a full scan takes %v): the apply path blocks on watchers", worst, scan)
+	slices.Sort(waits)
+	// The median, not the worst: a GC pause or a busy machine can delay
+	// any one Publish.
+	if median := waits[len(waits)/2]; median > scan/10 {
+		t.Fatalf("half the Publishes waited %v or more for watchers that scan (a full scan takes %v): the apply path blocks on watchers",
+			median, scan)
 	}
-	t.Logf("worst Publish %v; a full scan %v", worst, scan)
+	t.Logf("Publish: median %v, worst %v; a full scan %v", waits[len(waits)/2], waits[len(waits)-1], scan)
 }
