@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -168,6 +169,12 @@ func (w *Watcher) Next(ctx context.Context, idle time.Duration) (Batch, error) {
 		// never skips an event.
 		last := w.h.Last()
 		b, more, err := w.scan()
+		for err == nil && len(b.Events) == 0 && more == nil { // the rest, a chunk at a time
+			runtime.Gosched() // a Publish woken by the unlock takes the lock first
+			if err = ctx.Err(); err == nil {
+				b, more, err = w.scan()
+			}
+		}
 		if err != nil || len(b.Events) > 0 {
 			return b, err
 		}
@@ -189,8 +196,13 @@ func (w *Watcher) Next(ctx context.Context, idle time.Duration) (Batch, error) {
 	}
 }
 
+// scanChunk is how many batches scan looks at while it holds the
+// history's lock: Publish, on the apply path, never waits for a whole scan.
+const scanChunk = 512
+
 // scan looks at the kept batches from w.next on and returns the first that
-// matches (its events that match), or nothing and the channel to wait on.
+// matches (its events that match), or nothing and the channel to wait on,
+// or nothing and no channel: it looked at scanChunk batches, call it again.
 func (w *Watcher) scan() (Batch, <-chan struct{}, error) {
 	h := w.h
 	h.mu.Lock()
@@ -199,7 +211,10 @@ func (w *Watcher) scan() (Batch, <-chan struct{}, error) {
 		return Batch{}, nil, &CompactedError{From: w.next, Oldest: h.first}
 	}
 	i := sort.Search(len(h.batches), func(i int) bool { return h.batches[i].Index >= w.next })
-	for ; i < len(h.batches); i++ {
+	for end := i + scanChunk; i < len(h.batches); i++ {
+		if i == end {
+			return Batch{}, nil, nil
+		}
 		b := h.batches[i]
 		w.next = b.Index + 1
 		var evs []fsm.Event
