@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,5 +38,85 @@ func TestRedTeamWatchDoesNotHoldUpClose(t *testing.T) {
 	}
 	if code(last) != codes.Unavailable {
 		t.Errorf("the watch ended with %v, want UNAVAILABLE", last)
+	}
+}
+
+// collect reads a watch's events until a progress mark or message at or
+// after index until, or 5s.
+func collect(t *testing.T, w api.FenceService_WatchClient, until uint64) map[uint64]string {
+	t.Helper()
+	got := map[uint64]string{}
+	for {
+		r := recv(t, w)
+		if len(r.Events) > 0 {
+			got[r.Index] = describe(r)
+		}
+		if r.Index >= until {
+			return got
+		}
+	}
+}
+
+// TestRedTeamWatchAfterARestartFromASnapshot: a member restarted from a
+// snapshot at S (and its log after S) serves every index after S with the
+// events it served before the restart, and every index at or before S with
+// FAILED_PRECONDITION: nothing lost, nothing different.
+func TestRedTeamWatchAfterARestartFromASnapshot(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.SnapshotThreshold = 4 })
+	a := n.lease(time.Minute, "alice")
+	for i := range 6 {
+		if _, err := n.acquire(a, fmt.Sprintf("l%d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := n.cli.ListLocks(ctx(t), &api.ListLocksRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := list.Index
+	wctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	all, err := n.cli.Watch(wctx, &api.WatchRequest{Prefix: true, FromIndex: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := collect(t, all, last)
+	if len(before) != 6 {
+		t.Fatalf("before the restart: %v", before)
+	}
+	n.restart()
+	compacted, served := 0, 0
+	for from := uint64(1); from <= last; from++ {
+		w, err := n.cli.Watch(wctx, &api.WatchRequest{Prefix: true, FromIndex: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := w.Recv()
+		if code(err) == codes.FailedPrecondition {
+			compacted++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("from %d: %v", from, err)
+		}
+		served++
+		if first.Index != from-1 || len(first.Events) != 0 {
+			t.Fatalf("from %d: start mark %d with %d events", from, first.Index, len(first.Events))
+		}
+		got := map[uint64]string{}
+		if first.Index < last {
+			got = collect(t, w, last)
+		}
+		for i, d := range before {
+			if i >= from && got[i] != d {
+				t.Fatalf("from %d after the restart: index %d shows %q, before it showed %q", from, i, got[i], d)
+			}
+		}
+		if len(got) > len(before) {
+			t.Fatalf("from %d after the restart: %v, before %v", from, got, before)
+		}
+	}
+	if compacted == 0 || served == 0 {
+		t.Fatalf("%d indexes compacted, %d served: the snapshot did not split them", compacted, served)
 	}
 }
