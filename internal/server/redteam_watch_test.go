@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/fencehq/fence/api"
 )
@@ -25,19 +27,17 @@ func TestRedTeamWatchDoesNotHoldUpClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	recv(t, w) // the start mark: the stream is open
-	start := time.Now()
 	n.stop()
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Close took %v with a Watch open", took)
-	}
 	var last error
 	for range 10 {
 		if _, last = w.Recv(); last != nil {
 			break
 		}
 	}
-	if code(last) != codes.Unavailable {
-		t.Errorf("the watch ended with %v, want UNAVAILABLE", last)
+	// Ended by Close itself, not by GracefulStop's deadline (that would be
+	// gRPC's own "transport is closing" once Stop cuts the stream).
+	if code(last) != codes.Unavailable || !strings.Contains(status.Convert(last).Message(), "shutting down") {
+		t.Errorf("the watch ended with %v, want UNAVAILABLE from the closing member", last)
 	}
 }
 
