@@ -167,8 +167,12 @@ func (w *Watch) Err() error {
 	return w.err
 }
 
-// Index returns the last raft index the watch has looked at (events or
-// progress): a new watch from Index()+1 continues where this one is.
+// Index returns the last raft index whose events the watch has delivered
+// in full (or looked at: progress): a new watch from Index()+1 continues
+// where this one is. Events of one index are delivered one by one, so a
+// watch closed in the middle of an index's events (a release and the next
+// grant) has Index() before it, and a new watch from there delivers that
+// index's events again: skip those whose Index you have already handled.
 func (w *Watch) Index() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
