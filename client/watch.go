@@ -122,7 +122,7 @@ func (c *Client) Watch(ctx context.Context, name string, opts ...WatchOption) (*
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watch{c: c, cancel: cancel, events: make(chan LockEvent, 256), done: make(chan struct{}),
-		req: &api.WatchRequest{Name: name, Prefix: o.prefix, FromIndex: o.from}}
+		req: &api.WatchRequest{Name: name, Prefix: o.prefix}}
 	if o.from > 0 {
 		w.last, w.placed = o.from-1, true
 	}

@@ -36,9 +36,8 @@ func rtReqID(i int) []byte { return []byte(fmt.Sprintf("rt-req-%09d", i)) }
 // Fix: page over the caller's readable names only (skip unreadable locks
 // while filling the page, compute `more` from readable ones), or refuse an
 // `after` outside the caller's read prefixes and clamp the scan to them.
-func TestRedteamListLocksMoreRevealsHiddenNames(t *testing.T) {
-	const secret = "secret/launch-codes"
-	pc := startWithPolicy(t, `
+// peekAndOps: "peek" may read and lock under zz/ only; "ops" everything.
+const peekAndOps = `
 identities:
   - name: peek
     prefixes: [zz/]
@@ -46,7 +45,11 @@ identities:
   - name: ops
     prefixes: [""]
     rights: [acquire, read, admin]
-`)
+`
+
+func TestRedteamListLocksMoreRevealsHiddenNames(t *testing.T) {
+	const secret = "secret/launch-codes"
+	pc := startWithPolicy(t, peekAndOps)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if _, err := pc.as("ops").Lock(ctx, secret); err != nil {

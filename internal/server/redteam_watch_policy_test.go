@@ -16,15 +16,7 @@ import (
 // watch of every lock shows only the names the caller may read, and a
 // watch of one forbidden name is refused (this held; kept as a guard).
 func TestRedTeamWatchPolicyShowsOnlyReadableNames(t *testing.T) {
-	pc := startWithPolicy(t, `
-identities:
-  - name: peek
-    prefixes: [zz/]
-    rights: [acquire, read]
-  - name: ops
-    prefixes: [""]
-    rights: [acquire, read, admin]
-`)
+	pc := startWithPolicy(t, peekAndOps)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	raw := pc.rawAs("peek")
