@@ -51,10 +51,10 @@ chaos:          ## the fault harness for CHAOS_DURATION (10m) with CHAOS_SEED (p
 	go run ./test/chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED)
 
 chaos-proof:    ## the harness sees failure: the control run loses updates, each planted bug is caught
-	go run ./test/chaos --duration 30s --fencing=false --faults pause-worker
-	go run ./test/chaos --duration 30s --bug regrant
-	go run ./test/chaos --duration 30s --bug token
-	go run ./test/chaos --duration 30s --bug deposed
+	go run ./test/chaos --duration 30s --fencing=false --locks-only --faults pause-worker
+	go run ./test/chaos --duration 30s --locks-only --bug regrant
+	go run ./test/chaos --duration 30s --locks-only --bug token
+	go run ./test/chaos --duration 30s --locks-only --bug deposed
 
 chaos-e2e:      ## long e2e fault runs: 50 leader kills under load, 100 single-node kill -9 rounds
 	FENCE_E2E_LEADER_KILLS=50 FENCE_E2E_KILLS=100 go test ./test/e2e -run 'TestClusterLeaderKills|TestKill9Durability' -count 1 -v -timeout 60m
@@ -101,6 +101,6 @@ mutants:        ## gremlins over the safety core and fencing, one package at a t
 # gremlins v0.6.0 exits 0 even below --threshold-efficacy, so the slice
 # checks its summary itself: no mutant may live.
 mutants-ci:     ## the CI slice (2-3 min): the lessor's deadline/slack/tick math against its unit tests, every mutant killed
-	out=$$(mktemp); FENCE_REQUIRE_DB=1 GOFLAGS="-count=1 -failfast -run=^Test(Takeover|Due|Suspended|SlowDuties|Lessor)" \
+	out=$$(mktemp); FENCE_REQUIRE_DB=1 GOFLAGS="-count=1 -failfast -run=^Test(Takeover|Due|Suspended|SlowDuties|Lessor|LazyTakeover)" \
 	  $(GREMLINS) ./internal/node -E $(NODE_NOT_LESSOR) --threshold-efficacy 100 >$$out 2>&1; status=$$?; cat $$out; \
 	  grep -q 'Lived: 0,' $$out || { echo "mutants-ci: a mutant lived; every one must be killed"; exit 1; }; exit $$status

@@ -33,7 +33,7 @@
 //         FAILED_PRECONDITION ("already ended").
 //   - Refusals are gRPC statuses with precise codes; where a caller needs the
 //     facts (who holds the lock, which token is newer, who leads) the status
-//     carries a LockHeld, StaleToken or NotLeader detail. The details travel
+//     carries a LockHeld, StaleToken, RanRecently or NotLeader detail. The details travel
 //     as the standard google.rpc.Status message (google/rpc/status.proto, in
 //     the grpc-status-details-bin trailer), each an Any whose type URL is
 //     type.googleapis.com/fence.v1.<Message>; gRPC libraries decode it
@@ -184,6 +184,10 @@ const (
 	LockEvent_TYPE_LOCK_DELAY_STARTED LockEvent_Type = 5
 	// The lock-delay after token ended.
 	LockEvent_TYPE_LOCK_DELAY_ENDED LockEvent_Type = 6
+	// The fenced key name (Put) was written with token: value is what is
+	// stored now. An election (client.Campaign) keeps its leader's value
+	// under the election's name, written with the leader's token.
+	LockEvent_TYPE_WRITTEN LockEvent_Type = 7
 )
 
 // Enum value maps for LockEvent_Type.
@@ -196,6 +200,7 @@ var (
 		4: "TYPE_WAITER_LEFT",
 		5: "TYPE_LOCK_DELAY_STARTED",
 		6: "TYPE_LOCK_DELAY_ENDED",
+		7: "TYPE_WRITTEN",
 	}
 	LockEvent_Type_value = map[string]int32{
 		"TYPE_UNSPECIFIED":        0,
@@ -205,6 +210,7 @@ var (
 		"TYPE_WAITER_LEFT":        4,
 		"TYPE_LOCK_DELAY_STARTED": 5,
 		"TYPE_LOCK_DELAY_ENDED":   6,
+		"TYPE_WRITTEN":            7,
 	}
 )
 
@@ -232,7 +238,7 @@ func (x LockEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LockEvent_Type.Descriptor instead.
 func (LockEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28, 0}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{35, 0}
 }
 
 type LockEvent_Cause int32
@@ -290,8 +296,326 @@ func (x LockEvent_Cause) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LockEvent_Cause.Descriptor instead.
 func (LockEvent_Cause) EnumDescriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28, 1}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{35, 1}
 }
+
+// SessionRequest is one call on a Session stream, or the cancellation of one.
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// call_id names the call on this stream (not 0); its answer carries it.
+	// Unique among the stream's running calls; it may be reused once the
+	// call is answered. Unrelated to request_id, which names the call across
+	// retries and streams.
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// timeout is the call's deadline, counted from when the server reads the
+	// request (a stream has no per-call deadline): a waiting Acquire gives up
+	// then with DEADLINE_EXCEEDED, as a unary Acquire at its deadline. Unset:
+	// none (the call runs until answered, cancelled or the stream ends).
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// traceparent is the call's W3C trace context (what a unary call carries
+	// in its "traceparent" metadata): the server's span of the call is its
+	// child. Empty: a root span, if the server traces.
+	Traceparent string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*SessionRequest_Acquire
+	//	*SessionRequest_Release
+	//	*SessionRequest_KeepAlive
+	//	*SessionRequest_Cancel
+	Call          isSessionRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_fence_v1_fence_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SessionRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *SessionRequest) GetCall() isSessionRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetKeepAlive() *KeepAliveRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_KeepAlive); ok {
+			return x.KeepAlive
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCancel() *SessionCancel {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+type isSessionRequest_Call interface {
+	isSessionRequest_Call()
+}
+
+type SessionRequest_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,3,opt,name=acquire,proto3,oneof"`
+}
+
+type SessionRequest_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+type SessionRequest_KeepAlive struct {
+	KeepAlive *KeepAliveRequest `protobuf:"bytes,5,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+}
+
+type SessionRequest_Cancel struct {
+	// cancel withdraws the running call call_id, as if a unary call's
+	// context ended (a waiting Acquire is answered CANCELLED and leaves the
+	// queue; if the grant won the race the retried Acquire returns it). No
+	// answer of its own; a call_id that is not running is ignored.
+	Cancel *SessionCancel `protobuf:"bytes,6,opt,name=cancel,proto3,oneof"`
+}
+
+func (*SessionRequest_Acquire) isSessionRequest_Call() {}
+
+func (*SessionRequest_Release) isSessionRequest_Call() {}
+
+func (*SessionRequest_KeepAlive) isSessionRequest_Call() {}
+
+func (*SessionRequest_Cancel) isSessionRequest_Call() {}
+
+// SessionCancel asks the server to withdraw a running call.
+type SessionCancel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCancel) Reset() {
+	*x = SessionCancel{}
+	mi := &file_fence_v1_fence_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCancel) ProtoMessage() {}
+
+func (x *SessionCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCancel.ProtoReflect.Descriptor instead.
+func (*SessionCancel) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{1}
+}
+
+// SessionResponse is the answer to the call call_id of a Session stream:
+// the call's response, or its refusal.
+type SessionResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SessionResponse_Acquire
+	//	*SessionResponse_Release
+	//	*SessionResponse_KeepAlive
+	//	*SessionResponse_Error
+	Result        isSessionResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_fence_v1_fence_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionResponse) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *SessionResponse) GetResult() isSessionResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetKeepAlive() *KeepAliveResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_KeepAlive); ok {
+			return x.KeepAlive
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetError() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSessionResponse_Result interface {
+	isSessionResponse_Result()
+}
+
+type SessionResponse_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type SessionResponse_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type SessionResponse_KeepAlive struct {
+	KeepAlive *KeepAliveResponse `protobuf:"bytes,4,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+}
+
+type SessionResponse_Error struct {
+	// error is the refusal, a serialized google.rpc.Status
+	// (google/rpc/status.proto): the code, message and details the unary
+	// call gives, byte for byte what gRPC puts in grpc-status-details-bin.
+	Error []byte `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
+}
+
+func (*SessionResponse_Acquire) isSessionResponse_Result() {}
+
+func (*SessionResponse_Release) isSessionResponse_Result() {}
+
+func (*SessionResponse_KeepAlive) isSessionResponse_Result() {}
+
+func (*SessionResponse_Error) isSessionResponse_Result() {}
 
 type BackupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -301,7 +625,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[0]
+	mi := &file_fence_v1_fence_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +637,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[0]
+	mi := &file_fence_v1_fence_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +650,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{0}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{3}
 }
 
 // BackupResponse is one piece of a backup; the first carries the header.
@@ -342,7 +666,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[1]
+	mi := &file_fence_v1_fence_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +678,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[1]
+	mi := &file_fence_v1_fence_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +691,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{1}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BackupResponse) GetHeader() *BackupHeader {
@@ -409,7 +733,7 @@ type BackupHeader struct {
 
 func (x *BackupHeader) Reset() {
 	*x = BackupHeader{}
-	mi := &file_fence_v1_fence_proto_msgTypes[2]
+	mi := &file_fence_v1_fence_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +745,7 @@ func (x *BackupHeader) String() string {
 func (*BackupHeader) ProtoMessage() {}
 
 func (x *BackupHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[2]
+	mi := &file_fence_v1_fence_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +758,7 @@ func (x *BackupHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupHeader.ProtoReflect.Descriptor instead.
 func (*BackupHeader) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{2}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BackupHeader) GetClusterId() uint64 {
@@ -540,7 +864,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fence_v1_fence_proto_msgTypes[3]
+	mi := &file_fence_v1_fence_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +876,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[3]
+	mi := &file_fence_v1_fence_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +889,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{3}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Member) GetId() string {
@@ -639,7 +963,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[4]
+	mi := &file_fence_v1_fence_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +975,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[4]
+	mi := &file_fence_v1_fence_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +988,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{4}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{7}
 }
 
 type MembersResponse struct {
@@ -678,7 +1002,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[5]
+	mi := &file_fence_v1_fence_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +1014,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[5]
+	mi := &file_fence_v1_fence_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +1027,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{5}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -730,7 +1054,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[6]
+	mi := &file_fence_v1_fence_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +1066,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[6]
+	mi := &file_fence_v1_fence_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +1079,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{6}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -785,7 +1109,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[7]
+	mi := &file_fence_v1_fence_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +1121,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[7]
+	mi := &file_fence_v1_fence_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1134,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{7}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddMemberResponse) GetClusterId() uint64 {
@@ -836,7 +1160,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[8]
+	mi := &file_fence_v1_fence_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1172,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[8]
+	mi := &file_fence_v1_fence_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1185,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{8}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -879,7 +1203,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[9]
+	mi := &file_fence_v1_fence_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1215,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[9]
+	mi := &file_fence_v1_fence_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1228,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{9}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{12}
 }
 
 type TransferLeaderRequest struct {
@@ -916,7 +1240,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[10]
+	mi := &file_fence_v1_fence_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1252,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[10]
+	mi := &file_fence_v1_fence_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1265,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{10}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -961,7 +1285,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[11]
+	mi := &file_fence_v1_fence_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1297,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[11]
+	mi := &file_fence_v1_fence_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1310,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{11}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -1008,7 +1332,7 @@ type CreateLeaseRequest struct {
 
 func (x *CreateLeaseRequest) Reset() {
 	*x = CreateLeaseRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[12]
+	mi := &file_fence_v1_fence_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1344,7 @@ func (x *CreateLeaseRequest) String() string {
 func (*CreateLeaseRequest) ProtoMessage() {}
 
 func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[12]
+	mi := &file_fence_v1_fence_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1357,7 @@ func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CreateLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{12}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateLeaseRequest) GetRequestId() []byte {
@@ -1070,7 +1394,7 @@ type CreateLeaseResponse struct {
 
 func (x *CreateLeaseResponse) Reset() {
 	*x = CreateLeaseResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[13]
+	mi := &file_fence_v1_fence_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1406,7 @@ func (x *CreateLeaseResponse) String() string {
 func (*CreateLeaseResponse) ProtoMessage() {}
 
 func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[13]
+	mi := &file_fence_v1_fence_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1419,7 @@ func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseResponse.ProtoReflect.Descriptor instead.
 func (*CreateLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{13}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateLeaseResponse) GetLeaseSecret() []byte {
@@ -1130,7 +1454,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[14]
+	mi := &file_fence_v1_fence_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1466,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[14]
+	mi := &file_fence_v1_fence_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1479,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{14}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KeepAliveRequest) GetLeaseSecret() []byte {
@@ -1193,7 +1517,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[15]
+	mi := &file_fence_v1_fence_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1529,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[15]
+	mi := &file_fence_v1_fence_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1542,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{15}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KeepAliveResponse) GetSeq() uint64 {
@@ -1266,7 +1590,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[16]
+	mi := &file_fence_v1_fence_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1602,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[16]
+	mi := &file_fence_v1_fence_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1615,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{16}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevokeRequest) GetRequestId() []byte {
@@ -1318,7 +1642,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[17]
+	mi := &file_fence_v1_fence_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1654,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[17]
+	mi := &file_fence_v1_fence_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1667,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{17}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeResponse) GetReleased() []string {
@@ -1378,14 +1702,54 @@ type AcquireRequest struct {
 	// and the server treats those as acknowledged too. So a call that waits
 	// long in a lock's queue (it stays unanswered, holding ack back) does not
 	// make the server keep the answers of the calls after it.
-	Open          []uint64 `protobuf:"varint,8,rep,packed,name=open,proto3" json:"open,omitempty"`
+	Open []uint64 `protobuf:"varint,8,rep,packed,name=open,proto3" json:"open,omitempty"`
+	// once_per: take the lock only if no run of it was recorded (a Release
+	// with record_run of a grant made with once_per) within this window;
+	// otherwise FAILED_PRECONDITION with a RanRecently detail (a waiter gets
+	// it when its turn comes, and leaves the queue). The window is measured
+	// on the leader's log (the sum of the ticks the leaders committed, each
+	// measured on a leader's monotonic clock), never on a client's clock, from
+	// the end of the run (its Release); it counts no time while the cluster
+	// has no leader, so it never ends early. A grant made with once_per keeps
+	// the window: the run it records is kept that long, so hosts running one
+	// job give the same window. Unset or 0: no such check; at most 366 days.
+	OncePer *durationpb.Duration `protobuf:"bytes,9,opt,name=once_per,json=oncePer,proto3" json:"once_per,omitempty"`
+	// permits: the lock is a semaphore of this many permits, each a grant
+	// with its own token and a slot (0…permits−1, the lowest free). 0 or 1:
+	// a lock of one permit (a mutex, or a read-write lock). The count is
+	// fixed while the lock exists (held, in lock-delay or waited for); an
+	// Acquire that asks another is refused with FAILED_PRECONDITION and a
+	// PermitsMismatch detail. An idle lock is forgotten, count and all.
+	// At most 65536. One lease holds at most one permit of a name.
+	Permits uint32 `protobuf:"varint,10,opt,name=permits,proto3" json:"permits,omitempty"`
+	// shared: a reader's grant of a read-write lock (a lock of one permit):
+	// held beside other readers, never beside a writer (an Acquire without
+	// shared). FIFO: a reader arriving while a writer waits queues behind
+	// it, so writers are never starved; when a writer leaves, the readers at
+	// the head of the queue are granted together, up to the next writer.
+	Shared bool `protobuf:"varint,11,opt,name=shared,proto3" json:"shared,omitempty"`
+	// release_token makes this Acquire a relock: this lease releases its
+	// grant of name with that token and asks for name again, in one step (one
+	// log entry), exactly as a Release followed by this Acquire would: the
+	// waiters already queued are granted first and this call joins the back
+	// of the queue, or, with nobody waiting, is granted again at once with a
+	// new, larger token (never the old one). The released grant ends with
+	// cause "released" (no lock-delay). If the lease does not hold that grant
+	// (it ended: released, force-released, expired; or the token is another
+	// grant's), the call is refused with FAILED_PRECONDITION and nothing
+	// changes; a lock of another permit count, FAILED_PRECONDITION with a
+	// PermitsMismatch detail, and nothing changes. A relock must wait (wait
+	// true) and cannot have once_per (INVALID_ARGUMENT otherwise). Retries
+	// follow the seq rules: a retry answers the first outcome and never
+	// releases or grants twice. 0: a plain Acquire.
+	ReleaseToken  uint64 `protobuf:"varint,12,opt,name=release_token,json=releaseToken,proto3" json:"release_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[18]
+	mi := &file_fence_v1_fence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1761,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[18]
+	mi := &file_fence_v1_fence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1774,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{18}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AcquireRequest) GetRequestId() []byte {
@@ -1469,6 +1833,34 @@ func (x *AcquireRequest) GetOpen() []uint64 {
 	return nil
 }
 
+func (x *AcquireRequest) GetOncePer() *durationpb.Duration {
+	if x != nil {
+		return x.OncePer
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *AcquireRequest) GetReleaseToken() uint64 {
+	if x != nil {
+		return x.ReleaseToken
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1478,14 +1870,19 @@ type AcquireResponse struct {
 	// issue time, key id), signed with the cluster's token key, in the text
 	// form that package fencing's Verifier checks (see fencing.Signer); empty
 	// if the server has no token key.
-	SignedToken   string `protobuf:"bytes,4,opt,name=signed_token,json=signedToken,proto3" json:"signed_token,omitempty"`
+	SignedToken string `protobuf:"bytes,4,opt,name=signed_token,json=signedToken,proto3" json:"signed_token,omitempty"`
+	// slot: the grant's permit of a semaphore, 0…permits−1 (0 for a mutex
+	// and for a reader): storage can fence a row per slot.
+	Slot uint32 `protobuf:"varint,5,opt,name=slot,proto3" json:"slot,omitempty"`
+	// shared: the grant is a reader's.
+	Shared        bool `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[19]
+	mi := &file_fence_v1_fence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1894,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[19]
+	mi := &file_fence_v1_fence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1907,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{19}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AcquireResponse) GetName() string {
@@ -1541,22 +1938,44 @@ func (x *AcquireResponse) GetSignedToken() string {
 	return ""
 }
 
+func (x *AcquireResponse) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *AcquireResponse) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 type ReleaseRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	RequestId   []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	LeaseSecret []byte                 `protobuf:"bytes,2,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	Name        string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// seq, ack and open: as in AcquireRequest (one numbering for both calls).
-	Seq           uint64   `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64   `protobuf:"varint,5,opt,name=ack,proto3" json:"ack,omitempty"`
-	Open          []uint64 `protobuf:"varint,6,rep,packed,name=open,proto3" json:"open,omitempty"`
+	Seq  uint64   `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack  uint64   `protobuf:"varint,5,opt,name=ack,proto3" json:"ack,omitempty"`
+	Open []uint64 `protobuf:"varint,6,rep,packed,name=open,proto3" json:"open,omitempty"`
+	// record_run: the run this grant guarded succeeded. If the grant was made
+	// with once_per, the release records the run (the lock's name, the
+	// grant's token and holder, the leader's clock now) before it hands the
+	// lock on, so an Acquire with once_per is refused within the window. A
+	// grant made without once_per records nothing. A grant that ended
+	// otherwise (the lease expired, an admin force-released it) records
+	// nothing: the next holder runs.
+	RecordRun     bool `protobuf:"varint,7,opt,name=record_run,json=recordRun,proto3" json:"record_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[20]
+	mi := &file_fence_v1_fence_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1987,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[20]
+	mi := &file_fence_v1_fence_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +2000,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{20}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseRequest) GetRequestId() []byte {
@@ -1626,6 +2045,13 @@ func (x *ReleaseRequest) GetOpen() []uint64 {
 	return nil
 }
 
+func (x *ReleaseRequest) GetRecordRun() bool {
+	if x != nil {
+		return x.RecordRun
+	}
+	return false
+}
+
 type ReleaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1634,7 +2060,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[21]
+	mi := &file_fence_v1_fence_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +2072,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[21]
+	mi := &file_fence_v1_fence_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +2085,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{21}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{24}
 }
 
 type GetLockRequest struct {
@@ -1671,7 +2097,7 @@ type GetLockRequest struct {
 
 func (x *GetLockRequest) Reset() {
 	*x = GetLockRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[22]
+	mi := &file_fence_v1_fence_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +2109,7 @@ func (x *GetLockRequest) String() string {
 func (*GetLockRequest) ProtoMessage() {}
 
 func (x *GetLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[22]
+	mi := &file_fence_v1_fence_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +2122,7 @@ func (x *GetLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockRequest.ProtoReflect.Descriptor instead.
 func (*GetLockRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{22}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetLockRequest) GetName() string {
@@ -1711,14 +2137,19 @@ type GetLockResponse struct {
 	Lock  *LockInfo              `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
 	// index is the raft index of the last entry applied to the state read:
 	// a Watch from index + 1 misses no change after it.
-	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// queue is who waits for the lock, in FIFO order: the first is granted
+	// next (after the lock-delay, while delayed). Its length is lock.waiters.
+	// A waiting client finds its own place by its lease number. (ListLocks
+	// does not carry queues: one lock at a time, here.)
+	Queue         []*Waiter `protobuf:"bytes,3,rep,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetLockResponse) Reset() {
 	*x = GetLockResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[23]
+	mi := &file_fence_v1_fence_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2161,7 @@ func (x *GetLockResponse) String() string {
 func (*GetLockResponse) ProtoMessage() {}
 
 func (x *GetLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[23]
+	mi := &file_fence_v1_fence_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2174,7 @@ func (x *GetLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockResponse.ProtoReflect.Descriptor instead.
 func (*GetLockResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{23}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetLockResponse) GetLock() *LockInfo {
@@ -1760,6 +2191,77 @@ func (x *GetLockResponse) GetIndex() uint64 {
 	return 0
 }
 
+func (x *GetLockResponse) GetQueue() []*Waiter {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+// Waiter is one lease in a lock's queue (GetLockResponse.queue).
+type Waiter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease_number is the waiting lease's public number.
+	LeaseNumber uint64 `protobuf:"varint,1,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
+	// owner is the waiting lease's label (CreateLeaseRequest.owner).
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// shared: the waiter wants a reader's grant of a read-write lock.
+	Shared        bool `protobuf:"varint,3,opt,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Waiter) Reset() {
+	*x = Waiter{}
+	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Waiter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Waiter) ProtoMessage() {}
+
+func (x *Waiter) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
+func (*Waiter) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Waiter) GetLeaseNumber() uint64 {
+	if x != nil {
+		return x.LeaseNumber
+	}
+	return 0
+}
+
+func (x *Waiter) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Waiter) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 type ListLocksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// after: list locks whose names sort after this one (paging; "" = from the start).
@@ -1772,7 +2274,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[24]
+	mi := &file_fence_v1_fence_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2286,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[24]
+	mi := &file_fence_v1_fence_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2299,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{24}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListLocksRequest) GetAfter() string {
@@ -1830,7 +2332,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[25]
+	mi := &file_fence_v1_fence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +2344,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[25]
+	mi := &file_fence_v1_fence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +2357,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{25}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -1879,6 +2381,231 @@ func (x *ListLocksResponse) GetIndex() uint64 {
 	return 0
 }
 
+type HotLocksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limit: at most this many locks (0 = 20; at most 1000).
+	Limit uint32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// prefix: only locks whose names start with it ("" = every lock).
+	Prefix        string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotLocksRequest) Reset() {
+	*x = HotLocksRequest{}
+	mi := &file_fence_v1_fence_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotLocksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotLocksRequest) ProtoMessage() {}
+
+func (x *HotLocksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotLocksRequest.ProtoReflect.Descriptor instead.
+func (*HotLocksRequest) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *HotLocksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *HotLocksRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+type HotLocksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Locks []*HotLock             `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	// window is the decay time constant: each count is about the events of
+	// the last window (an event t ago counts exp(-t/window)).
+	Window *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// index is the raft index of the last entry applied to the state read.
+	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotLocksResponse) Reset() {
+	*x = HotLocksResponse{}
+	mi := &file_fence_v1_fence_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotLocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotLocksResponse) ProtoMessage() {}
+
+func (x *HotLocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotLocksResponse.ProtoReflect.Descriptor instead.
+func (*HotLocksResponse) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *HotLocksResponse) GetLocks() []*HotLock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *HotLocksResponse) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *HotLocksResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+// HotLock is one lock's recent activity; counts are decayed (see
+// HotLocksResponse.window), so they are fractional.
+type HotLock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// score = grants + waits, plus up to score_error inherited from the name
+	// it displaced in the sketch (an upper bound of its overcount).
+	Score      float64 `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
+	ScoreError float64 `protobuf:"fixed64,3,opt,name=score_error,json=scoreError,proto3" json:"score_error,omitempty"`
+	// grants: grants of the lock; waits: acquires that joined its queue.
+	Grants float64 `protobuf:"fixed64,4,opt,name=grants,proto3" json:"grants,omitempty"`
+	Waits  float64 `protobuf:"fixed64,5,opt,name=waits,proto3" json:"waits,omitempty"`
+	// wait_seconds: time waited by the acquires granted after a wait.
+	WaitSeconds float64 `protobuf:"fixed64,6,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	// expirations: grants ended because their holder's lease expired.
+	Expirations float64 `protobuf:"fixed64,7,opt,name=expirations,proto3" json:"expirations,omitempty"`
+	// waiters: acquires waiting now (not decayed).
+	Waiters       uint32 `protobuf:"varint,8,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotLock) Reset() {
+	*x = HotLock{}
+	mi := &file_fence_v1_fence_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotLock) ProtoMessage() {}
+
+func (x *HotLock) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotLock.ProtoReflect.Descriptor instead.
+func (*HotLock) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *HotLock) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HotLock) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *HotLock) GetScoreError() float64 {
+	if x != nil {
+		return x.ScoreError
+	}
+	return 0
+}
+
+func (x *HotLock) GetGrants() float64 {
+	if x != nil {
+		return x.Grants
+	}
+	return 0
+}
+
+func (x *HotLock) GetWaits() float64 {
+	if x != nil {
+		return x.Waits
+	}
+	return 0
+}
+
+func (x *HotLock) GetWaitSeconds() float64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
+func (x *HotLock) GetExpirations() float64 {
+	if x != nil {
+		return x.Expirations
+	}
+	return 0
+}
+
+func (x *HotLock) GetWaiters() uint32 {
+	if x != nil {
+		return x.Waiters
+	}
+	return 0
+}
+
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the lock to watch, or with prefix=true the start of the names
@@ -1894,7 +2621,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[26]
+	mi := &file_fence_v1_fence_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2633,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[26]
+	mi := &file_fence_v1_fence_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2646,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{26}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchRequest) GetName() string {
@@ -1959,7 +2686,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	mi := &file_fence_v1_fence_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2698,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[27]
+	mi := &file_fence_v1_fence_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2711,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{27}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -2001,23 +2728,29 @@ func (x *WatchResponse) GetEvents() []*LockEvent {
 	return nil
 }
 
-// LockEvent is one change of one lock.
+// LockEvent is one change of one lock, or one write of a fenced key.
 type LockEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          LockEvent_Type         `protobuf:"varint,1,opt,name=type,proto3,enum=fence.v1.LockEvent_Type" json:"type,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	LeaseNumber   uint64                 `protobuf:"varint,3,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
-	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
-	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
-	Cause         LockEvent_Cause        `protobuf:"varint,6,opt,name=cause,proto3,enum=fence.v1.LockEvent_Cause" json:"cause,omitempty"`
-	LockDelay     *durationpb.Duration   `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Type        LockEvent_Type         `protobuf:"varint,1,opt,name=type,proto3,enum=fence.v1.LockEvent_Type" json:"type,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseNumber uint64                 `protobuf:"varint,3,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
+	Owner       string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Token       uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	Cause       LockEvent_Cause        `protobuf:"varint,6,opt,name=cause,proto3,enum=fence.v1.LockEvent_Cause" json:"cause,omitempty"`
+	LockDelay   *durationpb.Duration   `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// value is the value written (TYPE_WRITTEN).
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// slot and shared: the grant's permit of a semaphore and whether it is a
+	// reader's (TYPE_GRANTED, TYPE_RELEASED, TYPE_LOCK_DELAY_STARTED).
+	Slot          uint32 `protobuf:"varint,9,opt,name=slot,proto3" json:"slot,omitempty"`
+	Shared        bool   `protobuf:"varint,10,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockEvent) Reset() {
 	*x = LockEvent{}
-	mi := &file_fence_v1_fence_proto_msgTypes[28]
+	mi := &file_fence_v1_fence_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2762,7 @@ func (x *LockEvent) String() string {
 func (*LockEvent) ProtoMessage() {}
 
 func (x *LockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[28]
+	mi := &file_fence_v1_fence_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2775,7 @@ func (x *LockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEvent.ProtoReflect.Descriptor instead.
 func (*LockEvent) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{28}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LockEvent) GetType() LockEvent_Type {
@@ -2094,6 +2827,27 @@ func (x *LockEvent) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *LockEvent) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *LockEvent) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *LockEvent) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 // LockInfo describes a lock. A lock with no holder is either waiting out its
 // lock-delay (delayed=true) or about to be forgotten.
 type LockInfo struct {
@@ -2105,17 +2859,34 @@ type LockInfo struct {
 	// token is the token of the current (or, while delayed, the last) grant.
 	Token uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	// ttl_left is how long the holder's lease has before it expires unless renewed.
-	TtlLeft       *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl_left,json=ttlLeft,proto3" json:"ttl_left,omitempty"`
-	Waiters       uint32               `protobuf:"varint,6,opt,name=waiters,proto3" json:"waiters,omitempty"`
-	Delayed       bool                 `protobuf:"varint,7,opt,name=delayed,proto3" json:"delayed,omitempty"`
-	LockDelay     *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	TtlLeft   *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl_left,json=ttlLeft,proto3" json:"ttl_left,omitempty"`
+	Waiters   uint32               `protobuf:"varint,6,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Delayed   bool                 `protobuf:"varint,7,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// delay_left, while delayed, is how long until the lock-delay ends and the
+	// lock goes to its first waiter, on the leader's clock (as ttl_left). It is
+	// unset when the lock is not delayed, and 0 once the hand-off is due.
+	DelayLeft *durationpb.Duration `protobuf:"bytes,9,opt,name=delay_left,json=delayLeft,proto3" json:"delay_left,omitempty"`
+	// permits: 1 for a mutex or a read-write lock, N for a semaphore. The
+	// fields above describe the first grant (by slot, a held one before one
+	// in lock-delay); grants lists them all.
+	Permits uint32 `protobuf:"varint,12,opt,name=permits,proto3" json:"permits,omitempty"`
+	// grants: every grant held or in lock-delay, by slot then token.
+	Grants []*LockGrant `protobuf:"bytes,13,rep,name=grants,proto3" json:"grants,omitempty"`
+	// shared_waiters: how many of the waiters want a shared grant.
+	SharedWaiters uint32 `protobuf:"varint,14,opt,name=shared_waiters,json=sharedWaiters,proto3" json:"shared_waiters,omitempty"`
+	// held_for: how long the first grant has been held, on the log's clock
+	// (so to a tick). Unset while it is in lock-delay, and when the member
+	// answering does not know: the grant is older than the snapshot that
+	// member last restored.
+	HeldFor       *durationpb.Duration `protobuf:"bytes,15,opt,name=held_for,json=heldFor,proto3" json:"held_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fence_v1_fence_proto_msgTypes[29]
+	mi := &file_fence_v1_fence_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2898,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[29]
+	mi := &file_fence_v1_fence_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2911,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{29}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LockInfo) GetName() string {
@@ -2199,6 +2970,164 @@ func (x *LockInfo) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *LockInfo) GetDelayLeft() *durationpb.Duration {
+	if x != nil {
+		return x.DelayLeft
+	}
+	return nil
+}
+
+func (x *LockInfo) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *LockInfo) GetGrants() []*LockGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *LockInfo) GetSharedWaiters() uint32 {
+	if x != nil {
+		return x.SharedWaiters
+	}
+	return 0
+}
+
+func (x *LockInfo) GetHeldFor() *durationpb.Duration {
+	if x != nil {
+		return x.HeldFor
+	}
+	return nil
+}
+
+// LockGrant is one grant of a lock: a permit of a semaphore, a reader's or
+// a writer's grant of a read-write lock, or a mutex's one grant.
+type LockGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease_number is 0 while the grant is in lock-delay (its lease expired).
+	LeaseNumber uint64 `protobuf:"varint,1,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
+	Owner       string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Token       uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Slot        uint32 `protobuf:"varint,4,opt,name=slot,proto3" json:"slot,omitempty"`
+	Shared      bool   `protobuf:"varint,5,opt,name=shared,proto3" json:"shared,omitempty"`
+	Delayed     bool   `protobuf:"varint,6,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	// ttl_left: how long the holder's lease has before it expires unless renewed.
+	TtlLeft   *durationpb.Duration `protobuf:"bytes,7,opt,name=ttl_left,json=ttlLeft,proto3" json:"ttl_left,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,8,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// delay_left, while delayed: how long until this grant's lock-delay ends,
+	// on the leader's clock (as LockInfo.delay_left); unset otherwise.
+	DelayLeft *durationpb.Duration `protobuf:"bytes,9,opt,name=delay_left,json=delayLeft,proto3" json:"delay_left,omitempty"`
+	// held_for: as LockInfo.held_for, for this grant.
+	HeldFor       *durationpb.Duration `protobuf:"bytes,10,opt,name=held_for,json=heldFor,proto3" json:"held_for,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockGrant) Reset() {
+	*x = LockGrant{}
+	mi := &file_fence_v1_fence_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockGrant) ProtoMessage() {}
+
+func (x *LockGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockGrant.ProtoReflect.Descriptor instead.
+func (*LockGrant) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *LockGrant) GetLeaseNumber() uint64 {
+	if x != nil {
+		return x.LeaseNumber
+	}
+	return 0
+}
+
+func (x *LockGrant) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LockGrant) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LockGrant) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *LockGrant) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *LockGrant) GetDelayed() bool {
+	if x != nil {
+		return x.Delayed
+	}
+	return false
+}
+
+func (x *LockGrant) GetTtlLeft() *durationpb.Duration {
+	if x != nil {
+		return x.TtlLeft
+	}
+	return nil
+}
+
+func (x *LockGrant) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
+func (x *LockGrant) GetDelayLeft() *durationpb.Duration {
+	if x != nil {
+		return x.DelayLeft
+	}
+	return nil
+}
+
+func (x *LockGrant) GetHeldFor() *durationpb.Duration {
+	if x != nil {
+		return x.HeldFor
+	}
+	return nil
+}
+
 type PutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -2211,7 +3140,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[30]
+	mi := &file_fence_v1_fence_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +3152,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[30]
+	mi := &file_fence_v1_fence_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +3165,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{30}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PutRequest) GetRequestId() []byte {
@@ -2275,7 +3204,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[31]
+	mi := &file_fence_v1_fence_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +3216,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[31]
+	mi := &file_fence_v1_fence_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +3229,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{31}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{39}
 }
 
 type GetRequest struct {
@@ -2312,7 +3241,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[32]
+	mi := &file_fence_v1_fence_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +3253,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[32]
+	mi := &file_fence_v1_fence_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +3266,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{32}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -2358,7 +3287,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[33]
+	mi := &file_fence_v1_fence_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +3299,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[33]
+	mi := &file_fence_v1_fence_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +3312,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{33}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -2415,7 +3344,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_fence_v1_fence_proto_msgTypes[34]
+	mi := &file_fence_v1_fence_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +3356,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[34]
+	mi := &file_fence_v1_fence_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +3369,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{34}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ForceReleaseRequest) GetName() string {
@@ -2485,7 +3414,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_fence_v1_fence_proto_msgTypes[35]
+	mi := &file_fence_v1_fence_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +3426,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[35]
+	mi := &file_fence_v1_fence_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +3439,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{35}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ForceReleaseResponse) GetRevokedLeaseNumber() uint64 {
@@ -2549,7 +3478,7 @@ type LockHeld struct {
 
 func (x *LockHeld) Reset() {
 	*x = LockHeld{}
-	mi := &file_fence_v1_fence_proto_msgTypes[36]
+	mi := &file_fence_v1_fence_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +3490,7 @@ func (x *LockHeld) String() string {
 func (*LockHeld) ProtoMessage() {}
 
 func (x *LockHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[36]
+	mi := &file_fence_v1_fence_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +3503,7 @@ func (x *LockHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHeld.ProtoReflect.Descriptor instead.
 func (*LockHeld) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{36}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LockHeld) GetName() string {
@@ -2612,6 +3541,231 @@ func (x *LockHeld) GetDelayed() bool {
 	return false
 }
 
+// PermitsMismatch is attached to FAILED_PRECONDITION when an Acquire asks
+// for a lock with another permit count than the lock has while it exists
+// (a mutex or shared Acquire of a semaphore, a semaphore Acquire of a
+// mutex, or another N).
+type PermitsMismatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// permits: the lock's count (1: a mutex or a read-write lock).
+	Permits uint32 `protobuf:"varint,2,opt,name=permits,proto3" json:"permits,omitempty"`
+	// asked: the count the Acquire asked for (1 without permits).
+	Asked         uint32 `protobuf:"varint,3,opt,name=asked,proto3" json:"asked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PermitsMismatch) Reset() {
+	*x = PermitsMismatch{}
+	mi := &file_fence_v1_fence_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PermitsMismatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PermitsMismatch) ProtoMessage() {}
+
+func (x *PermitsMismatch) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PermitsMismatch.ProtoReflect.Descriptor instead.
+func (*PermitsMismatch) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *PermitsMismatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PermitsMismatch) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *PermitsMismatch) GetAsked() uint32 {
+	if x != nil {
+		return x.Asked
+	}
+	return 0
+}
+
+// RanRecently is attached to FAILED_PRECONDITION when an Acquire with
+// once_per finds a run of the lock recorded inside its window.
+type RanRecently struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// token is the fencing token of the grant that ran.
+	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// lease_number and owner name the holder that ran it.
+	LeaseNumber uint64 `protobuf:"varint,3,opt,name=lease_number,json=leaseNumber,proto3" json:"lease_number,omitempty"`
+	Owner       string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	// finished_at is the leader's wall clock when the run was recorded (its
+	// Release), for people only: the window is not measured by it.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// ago is how long ago that was, on the cluster's logical clock (the time
+	// its leaders measured; it may be less than the real time that passed).
+	Ago *durationpb.Duration `protobuf:"bytes,6,opt,name=ago,proto3" json:"ago,omitempty"`
+	// window is the once_per of the grant that ran: the run is kept that long.
+	Window        *durationpb.Duration `protobuf:"bytes,7,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RanRecently) Reset() {
+	*x = RanRecently{}
+	mi := &file_fence_v1_fence_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RanRecently) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RanRecently) ProtoMessage() {}
+
+func (x *RanRecently) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RanRecently.ProtoReflect.Descriptor instead.
+func (*RanRecently) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RanRecently) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RanRecently) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RanRecently) GetLeaseNumber() uint64 {
+	if x != nil {
+		return x.LeaseNumber
+	}
+	return 0
+}
+
+func (x *RanRecently) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *RanRecently) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *RanRecently) GetAgo() *durationpb.Duration {
+	if x != nil {
+		return x.Ago
+	}
+	return nil
+}
+
+func (x *RanRecently) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+// GrantEnded is attached to FAILED_PRECONDITION when a retried Acquire
+// (the same request) had been granted and that grant has ended since
+// (released, or force-released by an admin). For a relock (release_token)
+// it tells this answer from a refusal: the relock did release the grant
+// with release_token, and was granted token, which has ended.
+type GrantEnded struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// token is the grant the call was answered with, now ended.
+	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantEnded) Reset() {
+	*x = GrantEnded{}
+	mi := &file_fence_v1_fence_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantEnded) ProtoMessage() {}
+
+func (x *GrantEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_fence_v1_fence_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantEnded.ProtoReflect.Descriptor instead.
+func (*GrantEnded) Descriptor() ([]byte, []int) {
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GrantEnded) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GrantEnded) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 // NotLeader is attached to UNAVAILABLE by a node that is not the leader
 // when it knows who is: send the call to leader_addr (a gRPC address).
 type NotLeader struct {
@@ -2624,7 +3778,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_fence_v1_fence_proto_msgTypes[37]
+	mi := &file_fence_v1_fence_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +3790,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[37]
+	mi := &file_fence_v1_fence_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +3803,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{37}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NotLeader) GetLeaderId() string {
@@ -2679,7 +3833,7 @@ type StaleToken struct {
 
 func (x *StaleToken) Reset() {
 	*x = StaleToken{}
-	mi := &file_fence_v1_fence_proto_msgTypes[38]
+	mi := &file_fence_v1_fence_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +3845,7 @@ func (x *StaleToken) String() string {
 func (*StaleToken) ProtoMessage() {}
 
 func (x *StaleToken) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[38]
+	mi := &file_fence_v1_fence_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +3858,7 @@ func (x *StaleToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleToken.ProtoReflect.Descriptor instead.
 func (*StaleToken) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{38}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StaleToken) GetKey() string {
@@ -2742,7 +3896,7 @@ type WatchCompacted struct {
 
 func (x *WatchCompacted) Reset() {
 	*x = WatchCompacted{}
-	mi := &file_fence_v1_fence_proto_msgTypes[39]
+	mi := &file_fence_v1_fence_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +3908,7 @@ func (x *WatchCompacted) String() string {
 func (*WatchCompacted) ProtoMessage() {}
 
 func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_fence_v1_fence_proto_msgTypes[39]
+	mi := &file_fence_v1_fence_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +3921,7 @@ func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompacted.ProtoReflect.Descriptor instead.
 func (*WatchCompacted) Descriptor() ([]byte, []int) {
-	return file_fence_v1_fence_proto_rawDescGZIP(), []int{39}
+	return file_fence_v1_fence_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchCompacted) GetFromIndex() uint64 {
@@ -2788,7 +3942,26 @@ var File_fence_v1_fence_proto protoreflect.FileDescriptor
 
 const file_fence_v1_fence_proto_rawDesc = "" +
 	"\n" +
-	"\x14fence/v1/fence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\x14fence/v1/fence.proto\x12\bfence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x02\n" +
+	"\x0eSessionRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12 \n" +
+	"\vtraceparent\x18\a \x01(\tR\vtraceparent\x124\n" +
+	"\aacquire\x18\x03 \x01(\v2\x18.fence.v1.AcquireRequestH\x00R\aacquire\x124\n" +
+	"\arelease\x18\x04 \x01(\v2\x18.fence.v1.ReleaseRequestH\x00R\arelease\x12;\n" +
+	"\n" +
+	"keep_alive\x18\x05 \x01(\v2\x1a.fence.v1.KeepAliveRequestH\x00R\tkeepAlive\x121\n" +
+	"\x06cancel\x18\x06 \x01(\v2\x17.fence.v1.SessionCancelH\x00R\x06cancelB\x06\n" +
+	"\x04call\"\x0f\n" +
+	"\rSessionCancel\"\xf8\x01\n" +
+	"\x0fSessionResponse\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x125\n" +
+	"\aacquire\x18\x02 \x01(\v2\x19.fence.v1.AcquireResponseH\x00R\aacquire\x125\n" +
+	"\arelease\x18\x03 \x01(\v2\x19.fence.v1.ReleaseResponseH\x00R\arelease\x12<\n" +
+	"\n" +
+	"keep_alive\x18\x04 \x01(\v2\x1b.fence.v1.KeepAliveResponseH\x00R\tkeepAlive\x12\x16\n" +
+	"\x05error\x18\x05 \x01(\fH\x00R\x05errorB\b\n" +
+	"\x06result\"\x0f\n" +
 	"\rBackupRequest\"T\n" +
 	"\x0eBackupResponse\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.fence.v1.BackupHeaderR\x06header\x12\x12\n" +
@@ -2861,7 +4034,7 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12!\n" +
 	"\flease_secret\x18\x02 \x01(\fR\vleaseSecret\",\n" +
 	"\x0eRevokeResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x03(\tR\breleased\"\xec\x01\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\"\xf9\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12!\n" +
@@ -2872,12 +4045,19 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"lock_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03ack\x18\a \x01(\x04R\x03ack\x12\x12\n" +
-	"\x04open\x18\b \x03(\x04R\x04open\"\x81\x01\n" +
+	"\x04open\x18\b \x03(\x04R\x04open\x124\n" +
+	"\bonce_per\x18\t \x01(\v2\x19.google.protobuf.DurationR\aoncePer\x12\x18\n" +
+	"\apermits\x18\n" +
+	" \x01(\rR\apermits\x12\x16\n" +
+	"\x06shared\x18\v \x01(\bR\x06shared\x12#\n" +
+	"\rrelease_token\x18\f \x01(\x04R\freleaseToken\"\xad\x01\n" +
 	"\x0fAcquireResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12!\n" +
 	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\x12!\n" +
-	"\fsigned_token\x18\x04 \x01(\tR\vsignedToken\"\x9e\x01\n" +
+	"\fsigned_token\x18\x04 \x01(\tR\vsignedToken\x12\x12\n" +
+	"\x04slot\x18\x05 \x01(\rR\x04slot\x12\x16\n" +
+	"\x06shared\x18\x06 \x01(\bR\x06shared\"\xbd\x01\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12!\n" +
@@ -2885,20 +4065,44 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03ack\x18\x05 \x01(\x04R\x03ack\x12\x12\n" +
-	"\x04open\x18\x06 \x03(\x04R\x04open\"\x11\n" +
+	"\x04open\x18\x06 \x03(\x04R\x04open\x12\x1d\n" +
+	"\n" +
+	"record_run\x18\a \x01(\bR\trecordRun\"\x11\n" +
 	"\x0fReleaseResponse\"$\n" +
 	"\x0eGetLockRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"O\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"w\n" +
 	"\x0fGetLockResponse\x12&\n" +
 	"\x04lock\x18\x01 \x01(\v2\x12.fence.v1.LockInfoR\x04lock\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\">\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12&\n" +
+	"\x05queue\x18\x03 \x03(\v2\x10.fence.v1.WaiterR\x05queue\"Y\n" +
+	"\x06Waiter\x12!\n" +
+	"\flease_number\x18\x01 \x01(\x04R\vleaseNumber\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06shared\x18\x03 \x01(\bR\x06shared\">\n" +
 	"\x10ListLocksRequest\x12\x14\n" +
 	"\x05after\x18\x01 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"g\n" +
 	"\x11ListLocksResponse\x12(\n" +
 	"\x05locks\x18\x01 \x03(\v2\x12.fence.v1.LockInfoR\x05locks\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"Y\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"?\n" +
+	"\x0fHotLocksRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\"\x84\x01\n" +
+	"\x10HotLocksResponse\x12'\n" +
+	"\x05locks\x18\x01 \x03(\v2\x11.fence.v1.HotLockR\x05locks\x121\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\xe1\x01\n" +
+	"\aHotLock\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05score\x18\x02 \x01(\x01R\x05score\x12\x1f\n" +
+	"\vscore_error\x18\x03 \x01(\x01R\n" +
+	"scoreError\x12\x16\n" +
+	"\x06grants\x18\x04 \x01(\x01R\x06grants\x12\x14\n" +
+	"\x05waits\x18\x05 \x01(\x01R\x05waits\x12!\n" +
+	"\fwait_seconds\x18\x06 \x01(\x01R\vwaitSeconds\x12 \n" +
+	"\vexpirations\x18\a \x01(\x01R\vexpirations\x12\x18\n" +
+	"\awaiters\x18\b \x01(\rR\awaiters\"Y\n" +
 	"\fWatchRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1d\n" +
@@ -2906,7 +4110,7 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"from_index\x18\x03 \x01(\x04R\tfromIndex\"R\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12+\n" +
-	"\x06events\x18\x02 \x03(\v2\x13.fence.v1.LockEventR\x06events\"\xbb\x04\n" +
+	"\x06events\x18\x02 \x03(\v2\x13.fence.v1.LockEventR\x06events\"\x8f\x05\n" +
 	"\tLockEvent\x12,\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x18.fence.v1.LockEvent.TypeR\x04type\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
@@ -2915,7 +4119,11 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12/\n" +
 	"\x05cause\x18\x06 \x01(\x0e2\x19.fence.v1.LockEvent.CauseR\x05cause\x128\n" +
 	"\n" +
-	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"\xa7\x01\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\x12\n" +
+	"\x04slot\x18\t \x01(\rR\x04slot\x12\x16\n" +
+	"\x06shared\x18\n" +
+	" \x01(\bR\x06shared\"\xb9\x01\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fTYPE_GRANTED\x10\x01\x12\x11\n" +
@@ -2923,14 +4131,15 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\x12TYPE_WAITER_JOINED\x10\x03\x12\x14\n" +
 	"\x10TYPE_WAITER_LEFT\x10\x04\x12\x1b\n" +
 	"\x17TYPE_LOCK_DELAY_STARTED\x10\x05\x12\x19\n" +
-	"\x15TYPE_LOCK_DELAY_ENDED\x10\x06\"\x87\x01\n" +
+	"\x15TYPE_LOCK_DELAY_ENDED\x10\x06\x12\x10\n" +
+	"\fTYPE_WRITTEN\x10\a\"\x87\x01\n" +
 	"\x05Cause\x12\x15\n" +
 	"\x11CAUSE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCAUSE_RELEASED\x10\x01\x12\x11\n" +
 	"\rCAUSE_EXPIRED\x10\x02\x12\x11\n" +
 	"\rCAUSE_REVOKED\x10\x03\x12\x18\n" +
 	"\x14CAUSE_FORCE_RELEASED\x10\x04\x12\x13\n" +
-	"\x0fCAUSE_CANCELLED\x10\x05\"\xab\x02\n" +
+	"\x0fCAUSE_CANCELLED\x10\x05\"\x89\x04\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x13holder_lease_number\x18\x02 \x01(\x04R\x11holderLeaseNumber\x12!\n" +
@@ -2940,7 +4149,27 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\awaiters\x18\x06 \x01(\rR\awaiters\x12\x18\n" +
 	"\adelayed\x18\a \x01(\bR\adelayed\x128\n" +
 	"\n" +
-	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"i\n" +
+	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x128\n" +
+	"\n" +
+	"delay_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\tdelayLeft\x12\x18\n" +
+	"\apermits\x18\f \x01(\rR\apermits\x12+\n" +
+	"\x06grants\x18\r \x03(\v2\x13.fence.v1.LockGrantR\x06grants\x12%\n" +
+	"\x0eshared_waiters\x18\x0e \x01(\rR\rsharedWaiters\x124\n" +
+	"\bheld_for\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\aheldFor\"\x80\x03\n" +
+	"\tLockGrant\x12!\n" +
+	"\flease_number\x18\x01 \x01(\x04R\vleaseNumber\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04slot\x18\x04 \x01(\rR\x04slot\x12\x16\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\x12\x18\n" +
+	"\adelayed\x18\x06 \x01(\bR\adelayed\x124\n" +
+	"\bttl_left\x18\a \x01(\v2\x19.google.protobuf.DurationR\attlLeft\x128\n" +
+	"\n" +
+	"lock_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x128\n" +
+	"\n" +
+	"delay_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\tdelayLeft\x124\n" +
+	"\bheld_for\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\aheldFor\"i\n" +
 	"\n" +
 	"PutRequest\x12\x1d\n" +
 	"\n" +
@@ -2970,7 +4199,24 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\x13holder_lease_number\x18\x02 \x01(\x04R\x11holderLeaseNumber\x12!\n" +
 	"\fholder_owner\x18\x03 \x01(\tR\vholderOwner\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x18\n" +
-	"\adelayed\x18\x05 \x01(\bR\adelayed\"I\n" +
+	"\adelayed\x18\x05 \x01(\bR\adelayed\"U\n" +
+	"\x0fPermitsMismatch\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apermits\x18\x02 \x01(\rR\apermits\x12\x14\n" +
+	"\x05asked\x18\x03 \x01(\rR\x05asked\"\x8d\x02\n" +
+	"\vRanRecently\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12!\n" +
+	"\flease_number\x18\x03 \x01(\x04R\vleaseNumber\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\x12;\n" +
+	"\vfinished_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12+\n" +
+	"\x03ago\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ago\x121\n" +
+	"\x06window\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06window\"6\n" +
+	"\n" +
+	"GrantEnded\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"I\n" +
 	"\tNotLeader\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -2991,7 +4237,7 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +
-	"\rROLE_FOLLOWER\x10\x022\xc3\b\n" +
+	"\rROLE_FOLLOWER\x10\x022\xca\t\n" +
 	"\fFenceService\x12J\n" +
 	"\vCreateLease\x12\x1c.fence.v1.CreateLeaseRequest\x1a\x1d.fence.v1.CreateLeaseResponse\x12H\n" +
 	"\tKeepAlive\x12\x1a.fence.v1.KeepAliveRequest\x1a\x1b.fence.v1.KeepAliveResponse(\x010\x01\x12;\n" +
@@ -2999,7 +4245,8 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\aAcquire\x12\x18.fence.v1.AcquireRequest\x1a\x19.fence.v1.AcquireResponse\x12>\n" +
 	"\aRelease\x12\x18.fence.v1.ReleaseRequest\x1a\x19.fence.v1.ReleaseResponse\x12>\n" +
 	"\aGetLock\x12\x18.fence.v1.GetLockRequest\x1a\x19.fence.v1.GetLockResponse\x12D\n" +
-	"\tListLocks\x12\x1a.fence.v1.ListLocksRequest\x1a\x1b.fence.v1.ListLocksResponse\x12:\n" +
+	"\tListLocks\x12\x1a.fence.v1.ListLocksRequest\x1a\x1b.fence.v1.ListLocksResponse\x12A\n" +
+	"\bHotLocks\x12\x19.fence.v1.HotLocksRequest\x1a\x1a.fence.v1.HotLocksResponse\x12:\n" +
 	"\x05Watch\x12\x16.fence.v1.WatchRequest\x1a\x17.fence.v1.WatchResponse0\x01\x122\n" +
 	"\x03Put\x12\x14.fence.v1.PutRequest\x1a\x15.fence.v1.PutResponse\x122\n" +
 	"\x03Get\x12\x14.fence.v1.GetRequest\x1a\x15.fence.v1.GetResponse\x12M\n" +
@@ -3008,7 +4255,8 @@ const file_fence_v1_fence_proto_rawDesc = "" +
 	"\tAddMember\x12\x1a.fence.v1.AddMemberRequest\x1a\x1b.fence.v1.AddMemberResponse\x12M\n" +
 	"\fRemoveMember\x12\x1d.fence.v1.RemoveMemberRequest\x1a\x1e.fence.v1.RemoveMemberResponse\x12S\n" +
 	"\x0eTransferLeader\x12\x1f.fence.v1.TransferLeaderRequest\x1a .fence.v1.TransferLeaderResponse\x12=\n" +
-	"\x06Backup\x12\x17.fence.v1.BackupRequest\x1a\x18.fence.v1.BackupResponse0\x01Bn\n" +
+	"\x06Backup\x12\x17.fence.v1.BackupRequest\x1a\x18.fence.v1.BackupResponse0\x01\x12B\n" +
+	"\aSession\x12\x18.fence.v1.SessionRequest\x1a\x19.fence.v1.SessionResponse(\x010\x01Bn\n" +
 	"\x14com.fencehq.fence.v1B\n" +
 	"FenceProtoP\x01Z github.com/fencehq/fence/api;api\xa2\x02\x03FNC\xaa\x02\bFence.V1\xca\x02\bFence\\V1\xea\x02\tFence::V1b\x06proto3"
 
@@ -3025,111 +4273,148 @@ func file_fence_v1_fence_proto_rawDescGZIP() []byte {
 }
 
 var file_fence_v1_fence_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_fence_v1_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_fence_v1_fence_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_fence_v1_fence_proto_goTypes = []any{
 	(Suffrage)(0),                  // 0: fence.v1.Suffrage
 	(Role)(0),                      // 1: fence.v1.Role
 	(LockEvent_Type)(0),            // 2: fence.v1.LockEvent.Type
 	(LockEvent_Cause)(0),           // 3: fence.v1.LockEvent.Cause
-	(*BackupRequest)(nil),          // 4: fence.v1.BackupRequest
-	(*BackupResponse)(nil),         // 5: fence.v1.BackupResponse
-	(*BackupHeader)(nil),           // 6: fence.v1.BackupHeader
-	(*Member)(nil),                 // 7: fence.v1.Member
-	(*MembersRequest)(nil),         // 8: fence.v1.MembersRequest
-	(*MembersResponse)(nil),        // 9: fence.v1.MembersResponse
-	(*AddMemberRequest)(nil),       // 10: fence.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 11: fence.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 12: fence.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 13: fence.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 14: fence.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 15: fence.v1.TransferLeaderResponse
-	(*CreateLeaseRequest)(nil),     // 16: fence.v1.CreateLeaseRequest
-	(*CreateLeaseResponse)(nil),    // 17: fence.v1.CreateLeaseResponse
-	(*KeepAliveRequest)(nil),       // 18: fence.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 19: fence.v1.KeepAliveResponse
-	(*RevokeRequest)(nil),          // 20: fence.v1.RevokeRequest
-	(*RevokeResponse)(nil),         // 21: fence.v1.RevokeResponse
-	(*AcquireRequest)(nil),         // 22: fence.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 23: fence.v1.AcquireResponse
-	(*ReleaseRequest)(nil),         // 24: fence.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 25: fence.v1.ReleaseResponse
-	(*GetLockRequest)(nil),         // 26: fence.v1.GetLockRequest
-	(*GetLockResponse)(nil),        // 27: fence.v1.GetLockResponse
-	(*ListLocksRequest)(nil),       // 28: fence.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),      // 29: fence.v1.ListLocksResponse
-	(*WatchRequest)(nil),           // 30: fence.v1.WatchRequest
-	(*WatchResponse)(nil),          // 31: fence.v1.WatchResponse
-	(*LockEvent)(nil),              // 32: fence.v1.LockEvent
-	(*LockInfo)(nil),               // 33: fence.v1.LockInfo
-	(*PutRequest)(nil),             // 34: fence.v1.PutRequest
-	(*PutResponse)(nil),            // 35: fence.v1.PutResponse
-	(*GetRequest)(nil),             // 36: fence.v1.GetRequest
-	(*GetResponse)(nil),            // 37: fence.v1.GetResponse
-	(*ForceReleaseRequest)(nil),    // 38: fence.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),   // 39: fence.v1.ForceReleaseResponse
-	(*LockHeld)(nil),               // 40: fence.v1.LockHeld
-	(*NotLeader)(nil),              // 41: fence.v1.NotLeader
-	(*StaleToken)(nil),             // 42: fence.v1.StaleToken
-	(*WatchCompacted)(nil),         // 43: fence.v1.WatchCompacted
-	(*timestamppb.Timestamp)(nil),  // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
+	(*SessionRequest)(nil),         // 4: fence.v1.SessionRequest
+	(*SessionCancel)(nil),          // 5: fence.v1.SessionCancel
+	(*SessionResponse)(nil),        // 6: fence.v1.SessionResponse
+	(*BackupRequest)(nil),          // 7: fence.v1.BackupRequest
+	(*BackupResponse)(nil),         // 8: fence.v1.BackupResponse
+	(*BackupHeader)(nil),           // 9: fence.v1.BackupHeader
+	(*Member)(nil),                 // 10: fence.v1.Member
+	(*MembersRequest)(nil),         // 11: fence.v1.MembersRequest
+	(*MembersResponse)(nil),        // 12: fence.v1.MembersResponse
+	(*AddMemberRequest)(nil),       // 13: fence.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 14: fence.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 15: fence.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 16: fence.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 17: fence.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 18: fence.v1.TransferLeaderResponse
+	(*CreateLeaseRequest)(nil),     // 19: fence.v1.CreateLeaseRequest
+	(*CreateLeaseResponse)(nil),    // 20: fence.v1.CreateLeaseResponse
+	(*KeepAliveRequest)(nil),       // 21: fence.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 22: fence.v1.KeepAliveResponse
+	(*RevokeRequest)(nil),          // 23: fence.v1.RevokeRequest
+	(*RevokeResponse)(nil),         // 24: fence.v1.RevokeResponse
+	(*AcquireRequest)(nil),         // 25: fence.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 26: fence.v1.AcquireResponse
+	(*ReleaseRequest)(nil),         // 27: fence.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 28: fence.v1.ReleaseResponse
+	(*GetLockRequest)(nil),         // 29: fence.v1.GetLockRequest
+	(*GetLockResponse)(nil),        // 30: fence.v1.GetLockResponse
+	(*Waiter)(nil),                 // 31: fence.v1.Waiter
+	(*ListLocksRequest)(nil),       // 32: fence.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),      // 33: fence.v1.ListLocksResponse
+	(*HotLocksRequest)(nil),        // 34: fence.v1.HotLocksRequest
+	(*HotLocksResponse)(nil),       // 35: fence.v1.HotLocksResponse
+	(*HotLock)(nil),                // 36: fence.v1.HotLock
+	(*WatchRequest)(nil),           // 37: fence.v1.WatchRequest
+	(*WatchResponse)(nil),          // 38: fence.v1.WatchResponse
+	(*LockEvent)(nil),              // 39: fence.v1.LockEvent
+	(*LockInfo)(nil),               // 40: fence.v1.LockInfo
+	(*LockGrant)(nil),              // 41: fence.v1.LockGrant
+	(*PutRequest)(nil),             // 42: fence.v1.PutRequest
+	(*PutResponse)(nil),            // 43: fence.v1.PutResponse
+	(*GetRequest)(nil),             // 44: fence.v1.GetRequest
+	(*GetResponse)(nil),            // 45: fence.v1.GetResponse
+	(*ForceReleaseRequest)(nil),    // 46: fence.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),   // 47: fence.v1.ForceReleaseResponse
+	(*LockHeld)(nil),               // 48: fence.v1.LockHeld
+	(*PermitsMismatch)(nil),        // 49: fence.v1.PermitsMismatch
+	(*RanRecently)(nil),            // 50: fence.v1.RanRecently
+	(*GrantEnded)(nil),             // 51: fence.v1.GrantEnded
+	(*NotLeader)(nil),              // 52: fence.v1.NotLeader
+	(*StaleToken)(nil),             // 53: fence.v1.StaleToken
+	(*WatchCompacted)(nil),         // 54: fence.v1.WatchCompacted
+	(*durationpb.Duration)(nil),    // 55: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 56: google.protobuf.Timestamp
 }
 var file_fence_v1_fence_proto_depIdxs = []int32{
-	6,  // 0: fence.v1.BackupResponse.header:type_name -> fence.v1.BackupHeader
-	44, // 1: fence.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
-	1,  // 2: fence.v1.Member.role:type_name -> fence.v1.Role
-	0,  // 3: fence.v1.Member.suffrage:type_name -> fence.v1.Suffrage
-	7,  // 4: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
-	7,  // 5: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
-	45, // 6: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	45, // 7: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
-	45, // 8: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	45, // 9: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	33, // 10: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
-	33, // 11: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
-	32, // 12: fence.v1.WatchResponse.events:type_name -> fence.v1.LockEvent
-	2,  // 13: fence.v1.LockEvent.type:type_name -> fence.v1.LockEvent.Type
-	3,  // 14: fence.v1.LockEvent.cause:type_name -> fence.v1.LockEvent.Cause
-	45, // 15: fence.v1.LockEvent.lock_delay:type_name -> google.protobuf.Duration
-	45, // 16: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
-	45, // 17: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	16, // 18: fence.v1.FenceService.CreateLease:input_type -> fence.v1.CreateLeaseRequest
-	18, // 19: fence.v1.FenceService.KeepAlive:input_type -> fence.v1.KeepAliveRequest
-	20, // 20: fence.v1.FenceService.Revoke:input_type -> fence.v1.RevokeRequest
-	22, // 21: fence.v1.FenceService.Acquire:input_type -> fence.v1.AcquireRequest
-	24, // 22: fence.v1.FenceService.Release:input_type -> fence.v1.ReleaseRequest
-	26, // 23: fence.v1.FenceService.GetLock:input_type -> fence.v1.GetLockRequest
-	28, // 24: fence.v1.FenceService.ListLocks:input_type -> fence.v1.ListLocksRequest
-	30, // 25: fence.v1.FenceService.Watch:input_type -> fence.v1.WatchRequest
-	34, // 26: fence.v1.FenceService.Put:input_type -> fence.v1.PutRequest
-	36, // 27: fence.v1.FenceService.Get:input_type -> fence.v1.GetRequest
-	38, // 28: fence.v1.FenceService.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
-	8,  // 29: fence.v1.FenceService.Members:input_type -> fence.v1.MembersRequest
-	10, // 30: fence.v1.FenceService.AddMember:input_type -> fence.v1.AddMemberRequest
-	12, // 31: fence.v1.FenceService.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
-	14, // 32: fence.v1.FenceService.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
-	4,  // 33: fence.v1.FenceService.Backup:input_type -> fence.v1.BackupRequest
-	17, // 34: fence.v1.FenceService.CreateLease:output_type -> fence.v1.CreateLeaseResponse
-	19, // 35: fence.v1.FenceService.KeepAlive:output_type -> fence.v1.KeepAliveResponse
-	21, // 36: fence.v1.FenceService.Revoke:output_type -> fence.v1.RevokeResponse
-	23, // 37: fence.v1.FenceService.Acquire:output_type -> fence.v1.AcquireResponse
-	25, // 38: fence.v1.FenceService.Release:output_type -> fence.v1.ReleaseResponse
-	27, // 39: fence.v1.FenceService.GetLock:output_type -> fence.v1.GetLockResponse
-	29, // 40: fence.v1.FenceService.ListLocks:output_type -> fence.v1.ListLocksResponse
-	31, // 41: fence.v1.FenceService.Watch:output_type -> fence.v1.WatchResponse
-	35, // 42: fence.v1.FenceService.Put:output_type -> fence.v1.PutResponse
-	37, // 43: fence.v1.FenceService.Get:output_type -> fence.v1.GetResponse
-	39, // 44: fence.v1.FenceService.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
-	9,  // 45: fence.v1.FenceService.Members:output_type -> fence.v1.MembersResponse
-	11, // 46: fence.v1.FenceService.AddMember:output_type -> fence.v1.AddMemberResponse
-	13, // 47: fence.v1.FenceService.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
-	15, // 48: fence.v1.FenceService.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
-	5,  // 49: fence.v1.FenceService.Backup:output_type -> fence.v1.BackupResponse
-	34, // [34:50] is the sub-list for method output_type
-	18, // [18:34] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	55, // 0: fence.v1.SessionRequest.timeout:type_name -> google.protobuf.Duration
+	25, // 1: fence.v1.SessionRequest.acquire:type_name -> fence.v1.AcquireRequest
+	27, // 2: fence.v1.SessionRequest.release:type_name -> fence.v1.ReleaseRequest
+	21, // 3: fence.v1.SessionRequest.keep_alive:type_name -> fence.v1.KeepAliveRequest
+	5,  // 4: fence.v1.SessionRequest.cancel:type_name -> fence.v1.SessionCancel
+	26, // 5: fence.v1.SessionResponse.acquire:type_name -> fence.v1.AcquireResponse
+	28, // 6: fence.v1.SessionResponse.release:type_name -> fence.v1.ReleaseResponse
+	22, // 7: fence.v1.SessionResponse.keep_alive:type_name -> fence.v1.KeepAliveResponse
+	9,  // 8: fence.v1.BackupResponse.header:type_name -> fence.v1.BackupHeader
+	56, // 9: fence.v1.BackupHeader.taken_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: fence.v1.Member.role:type_name -> fence.v1.Role
+	0,  // 11: fence.v1.Member.suffrage:type_name -> fence.v1.Suffrage
+	10, // 12: fence.v1.MembersResponse.members:type_name -> fence.v1.Member
+	10, // 13: fence.v1.AddMemberResponse.members:type_name -> fence.v1.Member
+	55, // 14: fence.v1.CreateLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	55, // 15: fence.v1.CreateLeaseResponse.ttl:type_name -> google.protobuf.Duration
+	55, // 16: fence.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	55, // 17: fence.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	55, // 18: fence.v1.AcquireRequest.once_per:type_name -> google.protobuf.Duration
+	40, // 19: fence.v1.GetLockResponse.lock:type_name -> fence.v1.LockInfo
+	31, // 20: fence.v1.GetLockResponse.queue:type_name -> fence.v1.Waiter
+	40, // 21: fence.v1.ListLocksResponse.locks:type_name -> fence.v1.LockInfo
+	36, // 22: fence.v1.HotLocksResponse.locks:type_name -> fence.v1.HotLock
+	55, // 23: fence.v1.HotLocksResponse.window:type_name -> google.protobuf.Duration
+	39, // 24: fence.v1.WatchResponse.events:type_name -> fence.v1.LockEvent
+	2,  // 25: fence.v1.LockEvent.type:type_name -> fence.v1.LockEvent.Type
+	3,  // 26: fence.v1.LockEvent.cause:type_name -> fence.v1.LockEvent.Cause
+	55, // 27: fence.v1.LockEvent.lock_delay:type_name -> google.protobuf.Duration
+	55, // 28: fence.v1.LockInfo.ttl_left:type_name -> google.protobuf.Duration
+	55, // 29: fence.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	55, // 30: fence.v1.LockInfo.delay_left:type_name -> google.protobuf.Duration
+	41, // 31: fence.v1.LockInfo.grants:type_name -> fence.v1.LockGrant
+	55, // 32: fence.v1.LockInfo.held_for:type_name -> google.protobuf.Duration
+	55, // 33: fence.v1.LockGrant.ttl_left:type_name -> google.protobuf.Duration
+	55, // 34: fence.v1.LockGrant.lock_delay:type_name -> google.protobuf.Duration
+	55, // 35: fence.v1.LockGrant.delay_left:type_name -> google.protobuf.Duration
+	55, // 36: fence.v1.LockGrant.held_for:type_name -> google.protobuf.Duration
+	56, // 37: fence.v1.RanRecently.finished_at:type_name -> google.protobuf.Timestamp
+	55, // 38: fence.v1.RanRecently.ago:type_name -> google.protobuf.Duration
+	55, // 39: fence.v1.RanRecently.window:type_name -> google.protobuf.Duration
+	19, // 40: fence.v1.FenceService.CreateLease:input_type -> fence.v1.CreateLeaseRequest
+	21, // 41: fence.v1.FenceService.KeepAlive:input_type -> fence.v1.KeepAliveRequest
+	23, // 42: fence.v1.FenceService.Revoke:input_type -> fence.v1.RevokeRequest
+	25, // 43: fence.v1.FenceService.Acquire:input_type -> fence.v1.AcquireRequest
+	27, // 44: fence.v1.FenceService.Release:input_type -> fence.v1.ReleaseRequest
+	29, // 45: fence.v1.FenceService.GetLock:input_type -> fence.v1.GetLockRequest
+	32, // 46: fence.v1.FenceService.ListLocks:input_type -> fence.v1.ListLocksRequest
+	34, // 47: fence.v1.FenceService.HotLocks:input_type -> fence.v1.HotLocksRequest
+	37, // 48: fence.v1.FenceService.Watch:input_type -> fence.v1.WatchRequest
+	42, // 49: fence.v1.FenceService.Put:input_type -> fence.v1.PutRequest
+	44, // 50: fence.v1.FenceService.Get:input_type -> fence.v1.GetRequest
+	46, // 51: fence.v1.FenceService.ForceRelease:input_type -> fence.v1.ForceReleaseRequest
+	11, // 52: fence.v1.FenceService.Members:input_type -> fence.v1.MembersRequest
+	13, // 53: fence.v1.FenceService.AddMember:input_type -> fence.v1.AddMemberRequest
+	15, // 54: fence.v1.FenceService.RemoveMember:input_type -> fence.v1.RemoveMemberRequest
+	17, // 55: fence.v1.FenceService.TransferLeader:input_type -> fence.v1.TransferLeaderRequest
+	7,  // 56: fence.v1.FenceService.Backup:input_type -> fence.v1.BackupRequest
+	4,  // 57: fence.v1.FenceService.Session:input_type -> fence.v1.SessionRequest
+	20, // 58: fence.v1.FenceService.CreateLease:output_type -> fence.v1.CreateLeaseResponse
+	22, // 59: fence.v1.FenceService.KeepAlive:output_type -> fence.v1.KeepAliveResponse
+	24, // 60: fence.v1.FenceService.Revoke:output_type -> fence.v1.RevokeResponse
+	26, // 61: fence.v1.FenceService.Acquire:output_type -> fence.v1.AcquireResponse
+	28, // 62: fence.v1.FenceService.Release:output_type -> fence.v1.ReleaseResponse
+	30, // 63: fence.v1.FenceService.GetLock:output_type -> fence.v1.GetLockResponse
+	33, // 64: fence.v1.FenceService.ListLocks:output_type -> fence.v1.ListLocksResponse
+	35, // 65: fence.v1.FenceService.HotLocks:output_type -> fence.v1.HotLocksResponse
+	38, // 66: fence.v1.FenceService.Watch:output_type -> fence.v1.WatchResponse
+	43, // 67: fence.v1.FenceService.Put:output_type -> fence.v1.PutResponse
+	45, // 68: fence.v1.FenceService.Get:output_type -> fence.v1.GetResponse
+	47, // 69: fence.v1.FenceService.ForceRelease:output_type -> fence.v1.ForceReleaseResponse
+	12, // 70: fence.v1.FenceService.Members:output_type -> fence.v1.MembersResponse
+	14, // 71: fence.v1.FenceService.AddMember:output_type -> fence.v1.AddMemberResponse
+	16, // 72: fence.v1.FenceService.RemoveMember:output_type -> fence.v1.RemoveMemberResponse
+	18, // 73: fence.v1.FenceService.TransferLeader:output_type -> fence.v1.TransferLeaderResponse
+	8,  // 74: fence.v1.FenceService.Backup:output_type -> fence.v1.BackupResponse
+	6,  // 75: fence.v1.FenceService.Session:output_type -> fence.v1.SessionResponse
+	58, // [58:76] is the sub-list for method output_type
+	40, // [40:58] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_fence_v1_fence_proto_init() }
@@ -3137,13 +4422,25 @@ func file_fence_v1_fence_proto_init() {
 	if File_fence_v1_fence_proto != nil {
 		return
 	}
+	file_fence_v1_fence_proto_msgTypes[0].OneofWrappers = []any{
+		(*SessionRequest_Acquire)(nil),
+		(*SessionRequest_Release)(nil),
+		(*SessionRequest_KeepAlive)(nil),
+		(*SessionRequest_Cancel)(nil),
+	}
+	file_fence_v1_fence_proto_msgTypes[2].OneofWrappers = []any{
+		(*SessionResponse_Acquire)(nil),
+		(*SessionResponse_Release)(nil),
+		(*SessionResponse_KeepAlive)(nil),
+		(*SessionResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fence_v1_fence_proto_rawDesc), len(file_fence_v1_fence_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   40,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,7 +33,7 @@
 //         FAILED_PRECONDITION ("already ended").
 //   - Refusals are gRPC statuses with precise codes; where a caller needs the
 //     facts (who holds the lock, which token is newer, who leads) the status
-//     carries a LockHeld, StaleToken or NotLeader detail. The details travel
+//     carries a LockHeld, StaleToken, RanRecently or NotLeader detail. The details travel
 //     as the standard google.rpc.Status message (google/rpc/status.proto, in
 //     the grpc-status-details-bin trailer), each an Any whose type URL is
 //     type.googleapis.com/fence.v1.<Message>; gRPC libraries decode it
@@ -67,6 +67,7 @@ const (
 	FenceService_Release_FullMethodName        = "/fence.v1.FenceService/Release"
 	FenceService_GetLock_FullMethodName        = "/fence.v1.FenceService/GetLock"
 	FenceService_ListLocks_FullMethodName      = "/fence.v1.FenceService/ListLocks"
+	FenceService_HotLocks_FullMethodName       = "/fence.v1.FenceService/HotLocks"
 	FenceService_Watch_FullMethodName          = "/fence.v1.FenceService/Watch"
 	FenceService_Put_FullMethodName            = "/fence.v1.FenceService/Put"
 	FenceService_Get_FullMethodName            = "/fence.v1.FenceService/Get"
@@ -76,6 +77,7 @@ const (
 	FenceService_RemoveMember_FullMethodName   = "/fence.v1.FenceService/RemoveMember"
 	FenceService_TransferLeader_FullMethodName = "/fence.v1.FenceService/TransferLeader"
 	FenceService_Backup_FullMethodName         = "/fence.v1.FenceService/Backup"
+	FenceService_Session_FullMethodName        = "/fence.v1.FenceService/Session"
 )
 
 // FenceServiceClient is the client API for FenceService service.
@@ -105,17 +107,30 @@ type FenceServiceClient interface {
 	// Acquire takes a lock for a lease and returns a fresh fencing token.
 	// With wait=false a held lock is refused at once (ABORTED with LockHeld);
 	// with wait=true the caller joins the lock's FIFO queue until granted or
-	// until the call's deadline.
+	// until the call's deadline. With once_per, a lock whose last recorded run
+	// (see ReleaseRequest.record_run) finished inside that window is refused
+	// (FAILED_PRECONDITION with RanRecently), at once or, for a waiter, when
+	// its turn comes.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
-	// Release gives up a lock held by the lease; the next waiter gets it at once.
+	// Release gives up a lock held by the lease; the next waiter gets it at
+	// once. With record_run it first records the run the grant guarded.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// GetLock shows a lock's holder, token and queue.
 	GetLock(ctx context.Context, in *GetLockRequest, opts ...grpc.CallOption) (*GetLockResponse, error)
 	// ListLocks shows locks ordered by name, a page at a time.
 	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
+	// HotLocks shows the busiest locks lately, hottest first: the names a
+	// bounded sketch on the member's apply path tracks (the top few thousand,
+	// whatever the number of names), with counts that decay with the log's
+	// clock (an event t ago counts exp(-t/window)). "Hot" is grants plus
+	// acquires that joined a queue. Every member answers from the entries it
+	// has applied, since it started. Needs the read permission under a
+	// policy; the answer holds only the names the caller may read.
+	HotLocks(ctx context.Context, in *HotLocksRequest, opts ...grpc.CallOption) (*HotLocksResponse, error)
 	// Watch streams what happens to one lock, or to every lock whose name
 	// starts with a prefix: grants, releases (and why), waiters joining and
-	// leaving, lock-delays starting and ending. Each message carries the raft
+	// leaving, lock-delays starting and ending, and writes of the fenced key
+	// of the same name (Put, with the value). Each message carries the raft
 	// index its events were applied at; a watch resumes on any member from
 	// the index after the last one it saw. Every member serves it from the
 	// entries it has applied (a follower may lag the leader). An index this
@@ -155,6 +170,26 @@ type FenceServiceClient interface {
 	// carries the header, the others the state's bytes in order. For
 	// operators (fence snapshot save). Leader only.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
+	// Session carries one client session's Acquire, Release and KeepAlive
+	// calls on one long-lived stream instead of a unary call (or a stream)
+	// each: every SessionRequest is one call, named by a call_id the client
+	// chooses, and is answered by one SessionResponse with the same call_id,
+	// in whatever order the calls finish (they run concurrently: a waiting
+	// Acquire holds up nothing else). Each call runs exactly as its unary
+	// counterpart, with the same checks (identity, the policy per lock name,
+	// validation, the leader check), the same request ids and seq/ack/open,
+	// and the same refusals, given as a google.rpc.Status; so a call retried
+	// on another stream (or as a unary call) answers the first outcome.
+	// Renewals behave as on KeepAlive: answered in rounds, in arrival order,
+	// and the whole stream ends with UNAVAILABLE (and NotLeader) when this
+	// node stops leading. A cancel message withdraws a call (a waiting
+	// Acquire leaves the queue, as a cancelled unary Acquire does); the end
+	// of the stream cancels every call still running. At most 1024 calls run
+	// at once on a stream: one more is refused (RESOURCE_EXHAUSTED, not
+	// executed). A call_id of 0, or one reused while its call runs, ends the
+	// stream with INVALID_ARGUMENT. A server without it answers UNIMPLEMENTED:
+	// use the unary calls. docs/protocol.md, section "The session stream".
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
 type fenceServiceClient struct {
@@ -232,6 +267,16 @@ func (c *fenceServiceClient) ListLocks(ctx context.Context, in *ListLocksRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListLocksResponse)
 	err := c.cc.Invoke(ctx, FenceService_ListLocks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fenceServiceClient) HotLocks(ctx context.Context, in *HotLocksRequest, opts ...grpc.CallOption) (*HotLocksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HotLocksResponse)
+	err := c.cc.Invoke(ctx, FenceService_HotLocks_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -346,6 +391,19 @@ func (c *fenceServiceClient) Backup(ctx context.Context, in *BackupRequest, opts
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FenceService_BackupClient = grpc.ServerStreamingClient[BackupResponse]
 
+func (c *fenceServiceClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FenceService_ServiceDesc.Streams[3], FenceService_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FenceService_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
 // FenceServiceServer is the server API for FenceService service.
 // All implementations must embed UnimplementedFenceServiceServer
 // for forward compatibility.
@@ -373,17 +431,30 @@ type FenceServiceServer interface {
 	// Acquire takes a lock for a lease and returns a fresh fencing token.
 	// With wait=false a held lock is refused at once (ABORTED with LockHeld);
 	// with wait=true the caller joins the lock's FIFO queue until granted or
-	// until the call's deadline.
+	// until the call's deadline. With once_per, a lock whose last recorded run
+	// (see ReleaseRequest.record_run) finished inside that window is refused
+	// (FAILED_PRECONDITION with RanRecently), at once or, for a waiter, when
+	// its turn comes.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
-	// Release gives up a lock held by the lease; the next waiter gets it at once.
+	// Release gives up a lock held by the lease; the next waiter gets it at
+	// once. With record_run it first records the run the grant guarded.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// GetLock shows a lock's holder, token and queue.
 	GetLock(context.Context, *GetLockRequest) (*GetLockResponse, error)
 	// ListLocks shows locks ordered by name, a page at a time.
 	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
+	// HotLocks shows the busiest locks lately, hottest first: the names a
+	// bounded sketch on the member's apply path tracks (the top few thousand,
+	// whatever the number of names), with counts that decay with the log's
+	// clock (an event t ago counts exp(-t/window)). "Hot" is grants plus
+	// acquires that joined a queue. Every member answers from the entries it
+	// has applied, since it started. Needs the read permission under a
+	// policy; the answer holds only the names the caller may read.
+	HotLocks(context.Context, *HotLocksRequest) (*HotLocksResponse, error)
 	// Watch streams what happens to one lock, or to every lock whose name
 	// starts with a prefix: grants, releases (and why), waiters joining and
-	// leaving, lock-delays starting and ending. Each message carries the raft
+	// leaving, lock-delays starting and ending, and writes of the fenced key
+	// of the same name (Put, with the value). Each message carries the raft
 	// index its events were applied at; a watch resumes on any member from
 	// the index after the last one it saw. Every member serves it from the
 	// entries it has applied (a follower may lag the leader). An index this
@@ -423,6 +494,26 @@ type FenceServiceServer interface {
 	// carries the header, the others the state's bytes in order. For
 	// operators (fence snapshot save). Leader only.
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
+	// Session carries one client session's Acquire, Release and KeepAlive
+	// calls on one long-lived stream instead of a unary call (or a stream)
+	// each: every SessionRequest is one call, named by a call_id the client
+	// chooses, and is answered by one SessionResponse with the same call_id,
+	// in whatever order the calls finish (they run concurrently: a waiting
+	// Acquire holds up nothing else). Each call runs exactly as its unary
+	// counterpart, with the same checks (identity, the policy per lock name,
+	// validation, the leader check), the same request ids and seq/ack/open,
+	// and the same refusals, given as a google.rpc.Status; so a call retried
+	// on another stream (or as a unary call) answers the first outcome.
+	// Renewals behave as on KeepAlive: answered in rounds, in arrival order,
+	// and the whole stream ends with UNAVAILABLE (and NotLeader) when this
+	// node stops leading. A cancel message withdraws a call (a waiting
+	// Acquire leaves the queue, as a cancelled unary Acquire does); the end
+	// of the stream cancels every call still running. At most 1024 calls run
+	// at once on a stream: one more is refused (RESOURCE_EXHAUSTED, not
+	// executed). A call_id of 0, or one reused while its call runs, ends the
+	// stream with INVALID_ARGUMENT. A server without it answers UNIMPLEMENTED:
+	// use the unary calls. docs/protocol.md, section "The session stream".
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedFenceServiceServer()
 }
 
@@ -454,6 +545,9 @@ func (UnimplementedFenceServiceServer) GetLock(context.Context, *GetLockRequest)
 func (UnimplementedFenceServiceServer) ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListLocks not implemented")
 }
+func (UnimplementedFenceServiceServer) HotLocks(context.Context, *HotLocksRequest) (*HotLocksResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method HotLocks not implemented")
+}
 func (UnimplementedFenceServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
 }
@@ -480,6 +574,9 @@ func (UnimplementedFenceServiceServer) TransferLeader(context.Context, *Transfer
 }
 func (UnimplementedFenceServiceServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedFenceServiceServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedFenceServiceServer) mustEmbedUnimplementedFenceServiceServer() {}
 func (UnimplementedFenceServiceServer) testEmbeddedByValue()                      {}
@@ -613,6 +710,24 @@ func _FenceService_ListLocks_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FenceServiceServer).ListLocks(ctx, req.(*ListLocksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FenceService_HotLocks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HotLocksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FenceServiceServer).HotLocks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FenceService_HotLocks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FenceServiceServer).HotLocks(ctx, req.(*HotLocksRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -765,6 +880,13 @@ func _FenceService_Backup_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FenceService_BackupServer = grpc.ServerStreamingServer[BackupResponse]
 
+func _FenceService_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FenceServiceServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FenceService_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+
 // FenceService_ServiceDesc is the grpc.ServiceDesc for FenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -795,6 +917,10 @@ var FenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListLocks",
 			Handler:    _FenceService_ListLocks_Handler,
+		},
+		{
+			MethodName: "HotLocks",
+			Handler:    _FenceService_HotLocks_Handler,
 		},
 		{
 			MethodName: "Put",
@@ -841,6 +967,12 @@ var FenceService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Backup",
 			Handler:       _FenceService_Backup_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Session",
+			Handler:       _FenceService_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "fence/v1/fence.proto",

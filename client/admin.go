@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -19,7 +21,9 @@ import (
 	"github.com/fencehq/fence/fencing"
 )
 
-// LockInfo describes a lock as the server sees it.
+// LockInfo describes a lock as the server sees it. HolderLease through
+// LockDelay describe its first grant (by slot; a held one before one in
+// lock-delay): a mutex's one grant; Grants lists them all.
 type LockInfo struct {
 	Name        string
 	HolderLease uint64 // public lease number; 0 when free
@@ -29,17 +33,65 @@ type LockInfo struct {
 	Waiters     int
 	Delayed     bool // free but in lock-delay after its holder's lease expired
 	LockDelay   time.Duration
+	// DelayLeft, while Delayed, is how long until the lock goes to its first
+	// waiter, on the leader's clock.
+	DelayLeft time.Duration
+	// Queue is who waits, in FIFO order (the first is granted next). Status
+	// fills it; List leaves it nil (Waiters counts them).
+	Queue []Waiter
 	// Index is the raft index of the state this was read from (Status, List): a
 	// Watch from Index+1 misses no later change.
 	Index uint64
+	// Permits is 1 for a mutex or a read-write lock, N for a semaphore (0
+	// from a server older than semaphores).
+	Permits int
+	// Grants are every grant held or in lock-delay, by slot then token.
+	Grants []GrantInfo
+	// SharedWaiters is how many of the Waiters want a reader's grant.
+	SharedWaiters int
+	// HeldFor is how long the first grant has been held, on the log's
+	// clock; 0 while delayed or when the member that answered does not know
+	// (the grant is older than the snapshot it restored).
+	HeldFor time.Duration
+}
+
+// GrantInfo is one grant of a lock: a permit of a semaphore, a reader's or
+// a writer's grant of a read-write lock, or a mutex's one grant.
+type GrantInfo struct {
+	HolderLease uint64 // 0 while in lock-delay
+	HolderOwner string
+	Token       uint64
+	Slot        int
+	Shared      bool
+	Delayed     bool
+	TTLLeft     time.Duration
+	LockDelay   time.Duration
+	DelayLeft   time.Duration // while Delayed: until its lock-delay ends, on the leader's clock
+	HeldFor     time.Duration // as LockInfo.HeldFor, for this grant
+}
+
+// Waiter is one lease in a lock's queue. A caller finds its own place by
+// the lease number WithWaiting reported.
+type Waiter struct {
+	Lease  uint64 // the waiting lease's public number
+	Owner  string
+	Shared bool // it waits for a reader's grant of a read-write lock
 }
 
 // Held reports whether someone holds the lock.
 func (i LockInfo) Held() bool { return i.HolderLease != 0 }
 
 func lockInfo(l *api.LockInfo) LockInfo {
-	return LockInfo{Name: l.GetName(), HolderLease: l.GetHolderLeaseNumber(), HolderOwner: l.GetHolderOwner(), Token: l.GetToken(),
-		TTLLeft: l.GetTtlLeft().AsDuration(), Waiters: int(l.GetWaiters()), Delayed: l.GetDelayed(), LockDelay: l.GetLockDelay().AsDuration()}
+	info := LockInfo{Name: l.GetName(), HolderLease: l.GetHolderLeaseNumber(), HolderOwner: l.GetHolderOwner(), Token: l.GetToken(),
+		TTLLeft: l.GetTtlLeft().AsDuration(), Waiters: int(l.GetWaiters()), Delayed: l.GetDelayed(), LockDelay: l.GetLockDelay().AsDuration(),
+		DelayLeft: l.GetDelayLeft().AsDuration(), Permits: int(l.GetPermits()), SharedWaiters: int(l.GetSharedWaiters()),
+		HeldFor: l.GetHeldFor().AsDuration()}
+	for _, g := range l.GetGrants() {
+		info.Grants = append(info.Grants, GrantInfo{HolderLease: g.GetLeaseNumber(), HolderOwner: g.GetOwner(), Token: g.GetToken(),
+			Slot: int(g.GetSlot()), Shared: g.GetShared(), Delayed: g.GetDelayed(), TTLLeft: g.GetTtlLeft().AsDuration(),
+			LockDelay: g.GetLockDelay().AsDuration(), DelayLeft: g.GetDelayLeft().AsDuration(), HeldFor: g.GetHeldFor().AsDuration()})
+	}
+	return info
 }
 
 // Status returns one lock's state (a free lock has no holder).
@@ -54,6 +106,9 @@ func (c *Client) Status(ctx context.Context, name string) (LockInfo, error) {
 	}
 	info := lockInfo(resp.GetLock())
 	info.Index = resp.GetIndex()
+	for _, w := range resp.GetQueue() {
+		info.Queue = append(info.Queue, Waiter{Lease: w.GetLeaseNumber(), Owner: w.GetOwner(), Shared: w.GetShared()})
+	}
 	return info, nil
 }
 
@@ -100,6 +155,8 @@ func (c *Client) ListWithIndex(ctx context.Context) (locks []LockInfo, index uin
 // Lease's Done closes with ErrRevoked. The grant is named by its token, read
 // first, so a retried or late call never ends a later holder's grant; a lock
 // that is not held is an error matching ErrNotHeld. The server logs reason.
+// A lock with several grants (a semaphore's permits, readers) is refused
+// (ErrInvalid): name the grant with ForceReleaseGrant.
 func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked LockInfo, released []string, err error) {
 	info, err := c.Status(ctx, name)
 	if err != nil {
@@ -108,7 +165,23 @@ func (c *Client) ForceRelease(ctx context.Context, name, reason string) (revoked
 	if !info.Held() {
 		return LockInfo{}, nil, fmt.Errorf("%w: lock %q is not held; nothing to release", ErrNotHeld, name)
 	}
-	req := &api.ForceReleaseRequest{RequestId: newRequestID(), Name: name, Token: info.Token, Reason: reason}
+	if len(info.Grants) > 1 {
+		var tokens []string
+		for _, g := range info.Grants {
+			tokens = append(tokens, fmt.Sprint(g.Token))
+		}
+		return LockInfo{}, nil, fmt.Errorf("%w: lock %q has %d grants (tokens %s); name the one to end by its token", ErrInvalid, name,
+			len(info.Grants), strings.Join(tokens, ", "))
+	}
+	return c.ForceReleaseGrant(ctx, name, info.Token, reason)
+}
+
+// ForceReleaseGrant is ForceRelease of the grant of name with token: one
+// permit of a semaphore, one reader's grant (LockInfo.Grants lists them).
+// A grant that has ended (or never was) is an error matching ErrNotHeld.
+func (c *Client) ForceReleaseGrant(ctx context.Context, name string, token uint64, reason string) (revoked LockInfo, released []string, err error) {
+	info := LockInfo{Token: token}
+	req := &api.ForceReleaseRequest{RequestId: newRequestID(), Name: name, Token: token, Reason: reason}
 	var resp *api.ForceReleaseResponse
 	err = c.admin(ctx, fmt.Sprintf("force-release %q", name), func(ctx context.Context) (err error) {
 		resp, err = c.leader().ForceRelease(ctx, req)
@@ -152,6 +225,9 @@ func (c *Client) LockDetached(ctx context.Context, name string, ttl time.Duratio
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
 	acq := acquireRequest(lease.LeaseSecret, 1, name, wait, &o) // the lease's only call
+	if wait && o.waiting != nil {
+		o.waiting(lease.LeaseNumber)
+	}
 	var resp *api.AcquireResponse
 	err = c.retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = c.leader().Acquire(ctx, acq)
@@ -212,16 +288,25 @@ func (c *Client) UnlockDetached(ctx context.Context, secret string) (released []
 // *fencing.StaleError (errors.Is(err, fencing.ErrStale)): a newer holder has
 // written, so stop. Write whole values. Retries cannot act twice in a way
 // that matters: a repeated Put with the same token and value is idempotent.
+// If an earlier attempt's outcome was unknown (its answer lost) and a retry
+// is refused as stale, the first may have written before the newer holder
+// did: the error then matches ErrIndeterminate as well as fencing.ErrStale.
 func (c *Client) Put(ctx context.Context, key string, value []byte, token uint64) error {
 	req := &api.PutRequest{RequestId: newRequestID(), Key: key, Value: value, Token: token}
+	maybeWritten := false // an attempt's outcome was unknown
 	err := c.retry(ctx, func(ctx context.Context) error {
 		_, err := c.leader().Put(ctx, req)
+		maybeWritten = maybeWritten || outcomeUnknown(err)
 		return err
 	})
 	if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
 		for _, d := range st.Details() {
 			if s, ok := d.(*api.StaleToken); ok {
-				return &fencing.StaleError{Resource: key, Offered: s.Offered, Highest: s.Highest}
+				stale := &fencing.StaleError{Resource: key, Offered: s.Offered, Highest: s.Highest}
+				if maybeWritten {
+					return fmt.Errorf("%w: an earlier attempt of this put may have been written before the newer one: %w", ErrIndeterminate, stale)
+				}
+				return stale
 			}
 		}
 	}
@@ -386,4 +471,46 @@ func (c *Client) Backup(ctx context.Context) (Backup, error) {
 		return nil
 	})
 	return b, err
+}
+
+// HotLock is one of the busiest locks lately, as HotLocks reports it. The
+// counts decay with the log's clock (an event t ago counts exp(−t/Window)),
+// so each is about the events of the last Window, and fractional.
+type HotLock struct {
+	Name string
+	// Score is Grants + Waits: how hot the lock is. It may overstate them
+	// by up to ScoreError (the lock took the place of another in the
+	// server's bounded sketch and inherited its score).
+	Score, ScoreError float64
+	// Grants counts grants; Waits acquires that joined the queue;
+	// WaitSeconds the time waited by those granted after a wait;
+	// Expirations the grants ended because their holder's lease expired.
+	Grants, Waits, WaitSeconds, Expirations float64
+	// Waiters is how many wait for the lock now.
+	Waiters int
+}
+
+// HotLocks returns up to n of the busiest locks lately (n 0: the server's
+// default, 20; at most 1000), hottest first, whose names start with prefix
+// ("" for all), and the window their counts decay over. The leader
+// answers from its own bounded sketch of the lock names (the top few
+// thousand, whatever the number of names; see README, Operations); under a
+// policy, only names the caller may read.
+func (c *Client) HotLocks(ctx context.Context, n int, prefix string) (locks []HotLock, window time.Duration, err error) {
+	if n < 0 || n > math.MaxUint32 {
+		return nil, 0, fmt.Errorf("%w: hot locks: n %d is negative or too large", ErrInvalid, n)
+	}
+	var resp *api.HotLocksResponse
+	err = c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.leader().HotLocks(ctx, &api.HotLocksRequest{Limit: uint32(n), Prefix: prefix})
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("fence: hot locks: %w", err)
+	}
+	for _, l := range resp.GetLocks() {
+		locks = append(locks, HotLock{Name: l.GetName(), Score: l.GetScore(), ScoreError: l.GetScoreError(), Grants: l.GetGrants(),
+			Waits: l.GetWaits(), WaitSeconds: l.GetWaitSeconds(), Expirations: l.GetExpirations(), Waiters: int(l.GetWaiters())})
+	}
+	return locks, resp.GetWindow().AsDuration(), nil
 }

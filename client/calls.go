@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -61,10 +62,31 @@ func (n *calls) acks(seq uint64) (ack uint64, open []uint64) {
 	return ack, open
 }
 
-// acquire sends req, a numbered Acquire of s, with what it acknowledges now.
+// acquire sends req, a numbered Acquire of s, with what it acknowledges now:
+// on the session's stream (stream.go), or as a unary call to an older server.
 func (s *session) acquire(ctx context.Context, req *api.AcquireRequest) (*api.AcquireResponse, error) {
 	req.Ack, req.Open = s.calls.acks(req.Seq)
-	return s.c.leader().Acquire(ctx, req)
+	r, err := s.onStream(ctx, &api.SessionRequest{Call: &api.SessionRequest_Acquire{Acquire: req}})
+	if errors.Is(err, errUseUnary) {
+		return s.c.leader().Acquire(ctx, req)
+	}
+	return r.GetAcquire(), err
+}
+
+// sendAcquire sends req, a numbered Acquire of s, retrying with the same
+// request id and number: the server answers the first outcome, so a grant
+// whose reply was lost comes back as the same grant, and a relock never
+// releases or grants twice. A call whose outcome is known is answered.
+func (c *Client) sendAcquire(ctx context.Context, s *session, req *api.AcquireRequest) (*api.AcquireResponse, error) {
+	var resp *api.AcquireResponse
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.acquire(ctx, req)
+		return err
+	})
+	if !outcomeUnknown(err) {
+		s.calls.answered(req.Seq)
+	}
+	return resp, err
 }
 
 // releaseRequest builds a numbered Release of name (reused on its retries).
@@ -75,6 +97,9 @@ func (s *session) releaseRequest(name string) *api.ReleaseRequest {
 // release sends req, a numbered Release of s, with what it acknowledges now.
 func (s *session) release(ctx context.Context, req *api.ReleaseRequest) error {
 	req.Ack, req.Open = s.calls.acks(req.Seq)
-	_, err := s.c.leader().Release(ctx, req)
+	_, err := s.onStream(ctx, &api.SessionRequest{Call: &api.SessionRequest_Release{Release: req}})
+	if errors.Is(err, errUseUnary) {
+		_, err = s.c.leader().Release(ctx, req)
+	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -39,6 +40,9 @@ type Client struct {
 	cur   atomic.Int32              // index into ms of the member believed to lead
 	opts  options
 	creds credentials.TransportCredentials // TLS, or plaintext with WithInsecure
+	// hungUp: Close is closing (or has closed) the connections; a call
+	// that fails then is not retried (ErrClosed).
+	hungUp atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[sessionKey]*session      // guarded by mu; live sessions by TTL and margin
@@ -75,6 +79,9 @@ func Dial(ctx context.Context, targets []string, opts ...Option) (*Client, error
 	}
 	if o.token != "" {
 		o.dialOpts = append([]grpc.DialOption{grpc.WithPerRPCCredentials(bearerToken(o.token))}, o.dialOpts...)
+	}
+	if o.tracer != nil {
+		o.dialOpts = append(tracingDialOptions(), o.dialOpts...)
 	}
 	c := &Client{opts: o, creds: creds, sessions: map[sessionKey]*session{}, creating: map[sessionKey]chan struct{}{}}
 	var ms []*member
@@ -116,6 +123,29 @@ type member struct {
 	conn  *grpc.ClientConn
 	api   api.FenceServiceClient
 	reach *reach // why connecting to it last failed
+	// unaryUntil: it answered the Session stream UNIMPLEMENTED (an older
+	// fence); until then (on the client's clock) Acquire and Release go to
+	// it as unary calls. Nil: it never did.
+	unaryUntil atomic.Pointer[time.Time]
+}
+
+// sessionRetry is how long the client uses unary calls with a member that
+// has no Session stream before it tries the stream there again: a rolling
+// upgrade gives it one, and another member's age says nothing of its own.
+const sessionRetry = time.Minute
+
+// hasSession reports whether member idx may have the Session stream: it
+// did not answer UNIMPLEMENTED within sessionRetry.
+func (c *Client) hasSession(idx int32) bool {
+	until := c.memberAt(idx).unaryUntil.Load()
+	return until == nil || !c.opts.clock.Now().Before(*until)
+}
+
+// noSession records that member idx answered the Session stream
+// UNIMPLEMENTED.
+func (c *Client) noSession(idx int32) {
+	until := c.opts.clock.Now().Add(sessionRetry)
+	c.memberAt(idx).unaryUntil.Store(&until)
 }
 
 func (c *Client) connect(addr string) (*member, error) {
@@ -217,6 +247,7 @@ func (c *Client) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	c.hungUp.Store(true)
 	errs = append(errs, closeMembers(c.members()))
 	return errors.Join(errs...)
 }
@@ -285,7 +316,7 @@ func (c *Client) session(ctx context.Context, key sessionKey) (*session, error) 
 func (c *Client) forget(s *session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if k := (sessionKey{s.ttl, s.margin}); c.sessions[k] == s {
+	if k := (sessionKey{s.ttl, s.margin, s.lane}); c.sessions[k] == s {
 		delete(c.sessions, k)
 	}
 }
@@ -308,13 +339,30 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lea
 func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Option) (*Lease, error) {
 	o := c.opts
 	o.apply(opts)
+	ctx, span := o.startSpan(ctx, spanAcquire, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attrLock.String(name), attrWait.Bool(wait)}
+	})
 	start := o.clock.Now()
 	l, err := c.acquireOnce(ctx, name, wait, &o)
 	c.opts.observer.AcquireWait(clock.Since(o.clock, start), err == nil)
+	if err == nil && span.IsRecording() {
+		span.SetAttributes(leaseAttrs(l)...)
+	}
+	endSpan(span, err)
 	return l, err
 }
 
+// maxNameLen is the longest lock name the server takes (its fsm.MaxNameLen,
+// which package client may not import; TestMaxNameLen keeps them equal).
+// A longer one is refused before it is sent: on the session's stream a
+// message above the server's size limit would end the stream, and with it
+// every call of the session waiting there.
+const maxNameLen = 256
+
 func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *options) (*Lease, error) {
+	if len(name) > maxNameLen {
+		return nil, fmt.Errorf("fence: lock %.64q…: %w: the name is %d bytes, the limit is %d", name, ErrInvalid, len(name), maxNameLen)
+	}
 	key, err := o.sessionKey()
 	if err != nil {
 		return nil, fmt.Errorf("fence: lock %q: %w", name, err)
@@ -324,7 +372,12 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 		if err != nil {
 			return nil, err
 		}
-		unclaim, granted, err := s.claim(ctx, name, wait)
+		multi := o.permits > 1 || o.shared
+		unclaim, granted, err := s.claim(ctx, name, wait, multi)
+		if errors.Is(err, errNextLane) {
+			key.lane++ // this session holds a permit (a read) of name, or a writer asks beside a local reader: the next one may ask
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, ErrExpired) {
 				continue // the session died while we waited locally; start over
@@ -332,19 +385,12 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 			return nil, err
 		}
 		req := acquireRequest(s.id, s.calls.begin(), name, wait, o)
-		var resp *api.AcquireResponse
-		// Retries reuse the request id and number: a grant whose reply was
-		// lost comes back as the same grant, never a second one.
-		err = c.retry(ctx, func(ctx context.Context) (err error) {
-			resp, err = s.acquire(ctx, req)
-			return err
-		})
-		if !outcomeUnknown(err) {
-			s.calls.answered(req.Seq)
+		if wait && o.waiting != nil {
+			o.waiting(s.number)
 		}
+		resp, err := c.sendAcquire(ctx, s, req)
 		if err == nil {
-			granted(resp.Token)
-			return newLease(s, name, resp.Token, resp.SignedToken, unclaim), nil
+			return newLease(s, name, resp, unclaim, granted, o), nil
 		}
 		if outcomeUnknown(err) {
 			c.settleAcquire(s, req) // before unclaim: no other local caller can hold name yet
@@ -361,6 +407,10 @@ func (c *Client) acquireOnce(ctx context.Context, name string, wait bool, o *opt
 			continue // the server ended this wait (it stopped, say): wait again with a new call
 		case st.Code() == codes.Aborted:
 			return nil, lockedError(name, st)
+		case st.Code() == codes.FailedPrecondition && ranError(name, st) != nil:
+			return nil, ranError(name, st)
+		case st.Code() == codes.FailedPrecondition && permitsError(name, st) != nil:
+			return nil, permitsError(name, st)
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("fence: lock %q: %w", name, ctx.Err())
 		}
@@ -467,6 +517,10 @@ func acquireRequest(lease []byte, seq uint64, name string, wait bool, o *options
 	if o.lockDelay != nil {
 		req.LockDelay = durationpb.New(*o.lockDelay)
 	}
+	if o.oncePer != 0 {
+		req.OncePer = durationpb.New(o.oncePer)
+	}
+	req.Permits, req.Shared = o.permits, o.shared
 	return req
 }
 
@@ -491,19 +545,38 @@ func lockedError(name string, st *status.Status) error {
 // trusted (context.Cause says why, e.g. ErrExpired), and releases the lock
 // afterwards. If the lease ended while fn ran and fn failed, Do's error wraps
 // both the lease's reason (errors.Is(err, ErrExpired)) and fn's error. fn must pass token to every
-// write. If fn returns an error matching fencing.ErrStale, a newer holder has
+// write. With WithOncePer, Do returns a *RanError without calling fn if the
+// job ran inside the window, and when fn returns nil with the lease intact
+// the release records the run (Lease.ReleaseRan); a failed fn records
+// nothing. If fn returns an error matching fencing.ErrStale, a newer holder has
 // written: Do stops and returns it (it never retries with the same token).
+// If fn panics, Do releases the lock (recording no run) and panics on.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, token uint64) error, opts ...Option) error {
+	return c.do(ctx, name, opts, func(ctx context.Context, l *Lease) error { return fn(ctx, l.Token()) })
+}
+
+// do is Do with fn given the whole Lease (its slot, say).
+func (c *Client) do(ctx context.Context, name string, opts []Option, fn func(ctx context.Context, l *Lease) error) error {
 	l, err := c.Lock(ctx, name, opts...)
 	if err != nil {
 		return err
 	}
+	release := func(ran bool) error {
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return l.release(relCtx, ran)
+	}
+	panicked := true
+	defer func() {
+		if panicked { // unwinding: a lease left held would be kept alive for the life of the process
+			release(false)
+		}
+	}()
 	workCtx := l.contextFrom(ctx)
-	fnErr := fn(workCtx, l.Token())
+	fnErr := fn(workCtx, l)
+	panicked = false
 	lost := l.Err() // before Release: why the lease ended, if it did
-	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	relErr := l.Release(relCtx)
+	relErr := release(fnErr == nil)
 	switch {
 	case errors.Is(fnErr, fencing.ErrStale):
 		return fmt.Errorf("fence: %q: a newer holder has written; stopped: %w", name, fnErr)
@@ -525,12 +598,16 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 // unknown) it moves to the next member, sweeping all of them before it backs
 // off. It also retries CANCELLED and DEADLINE_EXCEEDED while ctx itself is
 // still alive (the server aborted the call, e.g. while shutting down). The
-// caller reuses its request id, so a retry cannot act twice.
+// caller reuses its request id, so a retry cannot act twice. Once Close
+// closes the connections, a failed call ends it with ErrClosed.
 func (c *Client) retry(ctx context.Context, call func(context.Context) error) error {
 	delay := 20 * time.Millisecond
 	for tried := 1; ; tried++ {
 		idx := c.cur.Load()
 		err := call(ctx)
+		if err != nil && c.hungUp.Load() { // the closed connections fail every attempt
+			return fmt.Errorf("%w (the call failed: %v)", ErrClosed, err)
+		}
 		switch status.Code(err) {
 		case codes.OK:
 			return nil
@@ -559,16 +636,7 @@ func (c *Client) retry(ctx context.Context, call func(context.Context) error) er
 }
 
 // sleep waits d of real time, or until ctx ends (then it returns ctx.Err()).
-func sleep(ctx context.Context, d time.Duration) error {
-	t := realClock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, realClock, d) }
 
 func newRequestID() []byte {
 	b := make([]byte, 16)

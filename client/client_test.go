@@ -230,7 +230,7 @@ func TestDroppedReplyYieldsOneGrant(t *testing.T) {
 		}
 		return err
 	}
-	c := dial(t, ts.addr, client.WithDialOptions(grpc.WithUnaryInterceptor(drop)))
+	c := dial(t, ts.addr, client.WithDialOptions(grpc.WithUnaryInterceptor(drop), client.UnaryOnly()))
 	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -290,6 +290,25 @@ func TestDoStopsOnStaleAndReleases(t *testing.T) {
 	}
 	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
 		t.Fatalf("lock not released after Do: %v", err)
+	}
+}
+
+// TestDoReleasesWhenFnPanics: a panic in fn, recovered further up (as
+// net/http does for a handler), must not leave the lease held and kept
+// alive for the life of the process: Do releases it and panics on.
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.addr)
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		c.Do(ctxT(t, 5*time.Second), "x", func(context.Context, uint64) error { panic("boom") })
+	}()
+	if got != "boom" {
+		t.Errorf("recovered %v, want Do to panic on with fn's value %q", got, "boom")
+	}
+	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatalf("lock not released after fn panicked: %v", err)
 	}
 }
 
@@ -428,5 +447,75 @@ func TestListReadsEveryPage(t *testing.T) {
 	list, err := c.List(ctxT(t, 10*time.Second))
 	if err != nil || len(list) != n || list[0].Name != "l/0000" || list[n-1].Name != fmt.Sprintf("l/%04d", n-1) {
 		t.Fatalf("listed %d locks (err %v)", len(list), err)
+	}
+}
+
+// TestWaitingLeaseInQueue: WithWaiting reports the lease that waits, before
+// it waits; Status lists the queue in FIFO order under those numbers, and
+// the grants go to those very leases. TryLock reports nothing.
+func TestWaitingLeaseInQueue(t *testing.T) {
+	ts := startServer(t)
+	holder, err := dial(t, ts.addr, client.WithOwner("first")).Lock(ctxT(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan uint64, 2)
+	report := client.WithWaiting(func(n uint64) { waiting <- n })
+	second := make(chan *client.Lease, 1)
+	go func() {
+		l, err := dial(t, ts.addr, client.WithOwner("second")).Lock(ctxT(t, 10*time.Second), "x", report)
+		if err != nil {
+			t.Error(err)
+		}
+		second <- l
+	}()
+	n2 := <-waiting
+	c := dial(t, ts.addr)
+	status := func() client.LockInfo {
+		info, err := c.Status(ctxT(t, 5*time.Second), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	waitFor(func() bool { return status().Waiters == 1 })
+	third := make(chan *client.Detached, 1)
+	go func() {
+		d, err := dial(t, ts.addr, client.WithOwner("third")).LockDetached(ctxT(t, 10*time.Second), "x", time.Minute, true, report)
+		if err != nil {
+			t.Error(err)
+		}
+		third <- d
+	}()
+	n3 := <-waiting
+	waitFor(func() bool { return status().Waiters == 2 })
+	if q := status().Queue; fmt.Sprint(q) != fmt.Sprintf("[{%d second false} {%d third false}]", n2, n3) {
+		t.Fatalf("queue %v, want second (#%d) then third (#%d)", q, n2, n3)
+	}
+	tried := false
+	if _, err := dial(t, ts.addr).TryLock(ctxT(t, 5*time.Second), "x", client.WithWaiting(func(uint64) { tried = true })); !errors.Is(err, client.ErrLocked) || tried {
+		t.Fatalf("TryLock: %v, reported waiting %v", err, tried)
+	}
+	if list, err := c.List(ctxT(t, 5*time.Second)); err != nil || len(list) != 1 || list[0].Waiters != 2 || list[0].Queue != nil {
+		t.Fatalf("List: %+v %v; want 2 waiters and no queue", list, err)
+	}
+	if err := holder.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-second
+	if l2.LeaseNumber() != n2 {
+		t.Fatalf("granted to lease #%d, want #%d", l2.LeaseNumber(), n2)
+	}
+	if q := status().Queue; fmt.Sprint(q) != fmt.Sprintf("[{%d third false}]", n3) {
+		t.Fatalf("queue after the first hand-off %v, want third alone", q)
+	}
+	if err := l2.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-third; d.LeaseNumber != n3 {
+		t.Fatalf("detached grant to lease #%d, want #%d", d.LeaseNumber, n3)
+	}
+	if len(waiting) != 0 {
+		t.Fatalf("WithWaiting called again: #%d", <-waiting)
 	}
 }

@@ -8,9 +8,12 @@ import (
 
 // TestPublicPackagesStayLean keeps the client free of the server side: a
 // program that embeds it must not pull in raft, bbolt, prometheus, fence's
-// internals, or package testing. (fencing has its own, stricter test.)
+// internals, a Redis driver (that lives in client/redislock), a SQL
+// driver (the Postgres lease lives in client/pglease), or package testing. (fencing has its own, stricter test.)
 func TestPublicPackagesStayLean(t *testing.T) {
-	forbidden := []string{"go.etcd.io/raft", "go.etcd.io/etcd", "go.etcd.io/bbolt", "github.com/boltdb/bolt",
+	forbidden := []string{"github.com/redis/", "go.etcd.io/raft", "go.etcd.io/etcd", "go.etcd.io/bbolt", "github.com/boltdb/bolt",
+		"github.com/jackc/", "github.com/lib/pq", "github.com/go-sql-driver/", "modernc.org/",
+		"github.com/fencehq/fence/client/redislock", "github.com/fencehq/fence/client/pglease",
 		"github.com/prometheus/", "github.com/fencehq/fence/internal/", "testing"}
 	// Exceptions to the internal/ rule, each with its reason.
 	allowed := map[string]bool{
@@ -22,6 +25,10 @@ func TestPublicPackagesStayLean(t *testing.T) {
 		// WithTLSFiles and FENCE_CA/CERT/KEY load PEM files the way the
 		// server loads its own; standard library only. Same note as above.
 		"github.com/fencehq/fence/internal/pki": true,
+		// The safety margin rule and the lease's context, shared with
+		// client/redislock and client/pglease (with their renewal loop);
+		// standard library and internal/clock only. Same note as above.
+		"github.com/fencehq/fence/internal/hold": true,
 	}
 	for _, pkg := range []string{"github.com/fencehq/fence/client"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).Output()

@@ -88,7 +88,7 @@ func TestServerCancelledCallRetried(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
-	c := dial(t, ts.addr, client.WithDialOptions(once))
+	c := dial(t, ts.addr, client.WithDialOptions(once, client.UnaryOnly()))
 	l, err := c.TryLock(ctxT(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatalf("TryLock after one server-side CANCELLED: %v", err)

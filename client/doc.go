@@ -14,6 +14,13 @@
 //		return writeTotals(ctx, token) // every write carries the token
 //	})
 //
+// To run a job at most once per window across a fleet (a nightly job on
+// every host's cron), take the lock [WithOncePer]: a run whose fn returns
+// nil is recorded as the lock is released, and for the window after it
+// every Lock, TryLock or Do with the option fails with a [*RanError]
+// ([ErrRanRecently]) saying when, by whom and with which token it ran. The
+// window is measured by the cluster's log, never by a host's clock.
+//
 // fence servers speak TLS and want a client certificate of the cluster's CA:
 // [WithTLSFiles] or [WithTLS] give it (a dev server made by `fence serve`
 // keeps a CA and a client certificate in <data-dir>/tls), or FENCE_CA,
@@ -22,7 +29,9 @@
 //
 // Each Client holds one server lease (a session) per TTL and safety margin,
 // shared by all its locks with that TTL and margin and renewed every TTL/3 on
-// one KeepAlive stream. The client trusts a lease until its local deadline:
+// its Session stream, which carries its Acquire and Release calls too (on a
+// server older than that stream: a KeepAlive stream and unary calls). The
+// client trusts a lease until its local deadline:
 // the moment the last successful renewal was sent, plus the TTL, minus a
 // safety margin that follows that lease's own TTL (TTL/10 by default, never
 // less than TTL × 1000 ppm + 10ms: two clocks each within NTP's 500 ppm
@@ -51,6 +60,10 @@
 //     session (all its locks end) rather than leave a grant nobody holds.
 //   - TryLock never waits, also not for another caller of the same Client
 //     holding the name (LockedError.Local). A second Release returns nil.
+//   - Lease.Relock releases and queues again in one step: callers of other
+//     Clients already waiting go first, callers of the same Client (who
+//     wait locally for the name) do not. The old Lease ends when it is
+//     called; the new grant always has a new, larger token.
 //   - Lease.Context's cause (context.Cause) and Do's error say why a lease
 //     ended (errors.Is(err, ErrExpired)); bad arguments match ErrInvalid.
 //   - There is no sync.Locker: a lease is not a mutex, and every call can fail.

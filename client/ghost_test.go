@@ -48,7 +48,7 @@ func loseFirstAcquireReply(failGetLock bool) grpc.DialOption {
 // give the grant back), not leave its session holding the lock forever.
 func TestTryLockLostReplyLeavesNoGhost(t *testing.T) {
 	ts := startServer(t)
-	c := dial(t, ts.addr, client.WithDialOptions(loseFirstAcquireReply(false)))
+	c := dial(t, ts.addr, client.WithDialOptions(client.UnaryOnly(), loseFirstAcquireReply(false)))
 	if l, err := c.TryLock(ctxT(t, 300*time.Millisecond), "x"); err == nil {
 		t.Fatalf("TryLock succeeded (token %d) although its reply was lost", l.Token())
 	}
@@ -61,7 +61,7 @@ func TestTryLockLostReplyLeavesNoGhost(t *testing.T) {
 // deadline while GetLock fails (a failover): one GetLock is no undo.
 func TestLockLostReplyDuringFailoverLeavesNoGhost(t *testing.T) {
 	ts := startServer(t)
-	c := dial(t, ts.addr, client.WithDialOptions(loseFirstAcquireReply(true)))
+	c := dial(t, ts.addr, client.WithDialOptions(client.UnaryOnly(), loseFirstAcquireReply(true)))
 	if l, err := c.Lock(ctxT(t, 300*time.Millisecond), "x"); err == nil {
 		t.Fatalf("Lock succeeded (token %d) although its reply was lost", l.Token())
 	}
@@ -87,7 +87,7 @@ func failRelease(fail func() bool) grpc.DialOption {
 func TestReleaseFailingWithinCallerDeadlineIsSettled(t *testing.T) {
 	ts := startServer(t)
 	relCtx := ctxT(t, 300*time.Millisecond)
-	c := dial(t, ts.addr, client.WithDialOptions(failRelease(func() bool { return relCtx.Err() == nil })))
+	c := dial(t, ts.addr, client.WithDialOptions(client.UnaryOnly(), failRelease(func() bool { return relCtx.Err() == nil })))
 	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestReleaseNeverConfirmedEndsSession(t *testing.T) {
 	ts := startServer(t)
 	var failing atomic.Bool
 	failing.Store(true)
-	c := dial(t, ts.addr, client.WithTTL(2*time.Second), client.WithDialOptions(failRelease(failing.Load)), client.WithSettleFor(300*time.Millisecond))
+	c := dial(t, ts.addr, client.WithTTL(2*time.Second), client.WithDialOptions(client.UnaryOnly(), failRelease(failing.Load)), client.WithSettleFor(300*time.Millisecond))
 	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestLockDetachedLostReplyLeavesNoGhost(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
-	c := dial(t, ts.addr, client.WithDialOptions(loseFirstAcquireReply(false), failFirstRevoke))
+	c := dial(t, ts.addr, client.WithDialOptions(client.UnaryOnly(), loseFirstAcquireReply(false), failFirstRevoke))
 	if d, err := c.LockDetached(ctxT(t, 300*time.Millisecond), "x", time.Hour, false); err == nil {
 		t.Fatalf("LockDetached succeeded (token %d) although its reply was lost", d.Token)
 	}
@@ -207,7 +207,7 @@ func TestGiveBackRefusedEndsSession(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
-	c := dial(t, ts.addr, client.WithTTL(time.Minute), client.WithDialOptions(loseFirstAcquireReply(false), refuseRelease))
+	c := dial(t, ts.addr, client.WithTTL(time.Minute), client.WithDialOptions(client.UnaryOnly(), loseFirstAcquireReply(false), refuseRelease))
 	if l, err := c.TryLock(ctxT(t, 300*time.Millisecond), "x"); err == nil {
 		t.Fatalf("TryLock succeeded (token %d) although its reply was lost", l.Token())
 	}
@@ -228,7 +228,7 @@ func TestGiveBackRefusedEndsSession(t *testing.T) {
 func TestReleaseSettledAfterSeveralAttempts(t *testing.T) {
 	ts := startServer(t)
 	var until atomic.Int64 // unix nanos until which releases fail; 0 before Release
-	c := dial(t, ts.addr, client.WithDialOptions(failRelease(func() bool { return time.Now().UnixNano() < until.Load() })))
+	c := dial(t, ts.addr, client.WithDialOptions(client.UnaryOnly(), failRelease(func() bool { return time.Now().UnixNano() < until.Load() })))
 	l, err := c.Lock(ctxT(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatal(err)

@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/fencehq/fence/internal/clock"
+	"github.com/fencehq/fence/internal/hold"
 	"github.com/fencehq/fence/internal/pki"
 )
 
@@ -21,7 +23,11 @@ type options struct {
 	ttl        time.Duration
 	margin     time.Duration // 0: ttl/10
 	lockDelay  *time.Duration
+	oncePer    time.Duration // WithOncePer; 0: none
+	permits    uint32        // Semaphore; 0: a lock of one permit
+	shared     bool          // RWLock.RLock: a reader's grant
 	owner      string
+	waiting    func(leaseNumber uint64) // WithWaiting
 	observer   Observer
 	dialOpts   []grpc.DialOption
 	tls        *tls.Config // WithTLS, WithTLSFiles, or the FENCE_CA/CERT/KEY files
@@ -31,7 +37,8 @@ type options struct {
 	token      string      // WithToken: the identity's bearer token, on every call
 	clock      clock.Clock // lease timing: deadlines, renewals; tests inject a fake
 	settleFor  time.Duration
-	failFast   bool // WithFailFast
+	failFast   bool         // WithFailFast
+	tracer     trace.Tracer // WithTracerProvider; nil: no spans, no trace context sent
 }
 
 func defaults() options {
@@ -45,37 +52,14 @@ func (o *options) apply(opts []Option) {
 	}
 }
 
-// Safety margin bounds. The margin is how much earlier than the server the
-// client stops trusting a lease. It must cover the difference in rate between
-// the client's clock and the server's over one TTL: NTP keeps a disciplined
-// clock within 500 ppm of true rate (its maximum frequency tolerance; RFC
-// 5905), and the two clocks may err in opposite directions, so 2 × 500 ppm =
-// 1000 ppm of the TTL. On top of that comes a fixed floor for the time between
-// the deadline passing and the holder's code noticing (timer latency).
-const (
-	driftPPM    = 1000                  // parts per million of the TTL: two clocks at NTP's 500 ppm each
-	marginFloor = 10 * time.Millisecond // added to the drift bound
-)
-
-// minSafetyMargin is the smallest margin the client uses for ttl.
-func minSafetyMargin(ttl time.Duration) time.Duration {
-	return ttl/1_000_000*driftPPM + marginFloor
-}
-
 // safetyMargin returns the margin of a lease with o.ttl: the one set with
-// WithSafetyMargin or else TTL/10, raised to minSafetyMargin. A margin that
-// leaves no time (≥ the TTL) is an ErrInvalid.
+// WithSafetyMargin or else TTL/10, raised to TTL × 1000 ppm + 10ms (see
+// hold.Margin for why). A margin that leaves no time (≥ the TTL) is an
+// ErrInvalid.
 func (o *options) safetyMargin() (time.Duration, error) {
-	if o.margin < 0 {
-		return 0, fmt.Errorf("%w: safety margin %v is negative", ErrInvalid, o.margin)
-	}
-	m := o.margin
-	if m == 0 {
-		m = o.ttl / 10
-	}
-	m = max(m, minSafetyMargin(o.ttl))
-	if m >= o.ttl {
-		return 0, fmt.Errorf("%w: safety margin %v must be shorter than the TTL %v", ErrInvalid, m, o.ttl)
+	m, err := hold.Margin(o.ttl, o.margin)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return m, nil
 }
@@ -99,11 +83,40 @@ func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.marg
 // expires, the lock is not re-granted for d (default: the server's, 5s).
 func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDelay = &d } }
 
+// WithOncePer makes a lock run a job at most once per window d across
+// everyone who takes the lock with it: Lock and TryLock fail with a
+// *RanError (errors.Is(err, ErrRanRecently)) while a successful run of the
+// lock finished less than d ago, and Do records its run as successful when
+// fn returns nil (Lease.ReleaseRan does so for Lock and TryLock). A waiting
+// Lock fails the same way when the holder it waited for records its run; a
+// run that fails, or whose lease ends first, records nothing, and the next
+// waiter runs. The window is measured by the cluster (its leaders'
+// monotonic clocks, through the log), never by a host's clock, from the end
+// of the run; it counts no time while the cluster has no leader, so it
+// never ends early. Give every host of one job the same d: a run is kept
+// for the window it was granted under. d is at most 366 days. As the
+// window counts from the end of a run, a job on a fixed schedule needs a
+// window shorter than its period (a nightly job: say 20h, not 24h). It is
+// for a lock of one permit (Lock, TryLock, Do): with a Semaphore of more
+// permits, or a reader's grant, the server refuses it (ErrInvalid), as
+// holders at once would each run the job.
+func WithOncePer(d time.Duration) Option { return func(o *options) { o.oncePer = d } }
+
 // withClock sets the clock that times leases (tests: clocktest.Fake).
 func withClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithOwner sets the label others see for this client's leases (default host/pid).
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }
+
+// WithWaiting calls fn with the number of the lease that is about to wait
+// for the lock: Lock (and LockDetached with wait) call it just before each
+// waiting Acquire is sent. While the call waits, that number is this
+// caller's entry in the lock's queue (Status: LockInfo.Queue), which is how a
+// caller shows where it stands. One Lock may call fn more than once (if its
+// lease ends while it waits, it waits again under a new one). TryLock never
+// calls it, nor does the local wait for another caller of the same Client.
+// fn runs on the calling goroutine and must return at once.
+func WithWaiting(fn func(leaseNumber uint64)) Option { return func(o *options) { o.waiting = fn } }
 
 // WithObserver receives the client's events for metrics (see package clientmetrics).
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }

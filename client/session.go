@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -16,8 +17,16 @@ import (
 )
 
 // sessionKey picks the session a lock joins: locks share a server lease only
-// when both its TTL and its safety margin agree.
-type sessionKey struct{ ttl, margin time.Duration }
+// when both its TTL and its safety margin agree. A server lease holds at
+// most one grant of a name, so callers of one Client that hold permits of
+// one semaphore, or read one read-write lock, at the same time each use a
+// session of their own: lane 0, 1, 2 … (a mutex's local callers take turns
+// in one lane; a writer behind a local reader or permit moves on, see
+// errNextLane).
+type sessionKey struct {
+	ttl, margin time.Duration
+	lane        int
+}
 
 // sessionKey returns the key for o's TTL and (effective) margin.
 func (o *options) sessionKey() (sessionKey, error) {
@@ -25,11 +34,12 @@ func (o *options) sessionKey() (sessionKey, error) {
 		return sessionKey{}, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, o.ttl)
 	}
 	m, err := o.safetyMargin()
-	return sessionKey{o.ttl, m}, err
+	return sessionKey{ttl: o.ttl, margin: m}, err
 }
 
 // session is one server lease (a session) shared by the locks a Client holds
-// with the same TTL and safety margin. It renews itself every TTL/3 on one KeepAlive stream and
+// with the same TTL and safety margin. It renews itself every TTL/3 on its
+// Session stream (a KeepAlive stream on an older server) and
 // ends at its local deadline unless a renewal succeeded: deadline = the time
 // the last successful renewal was SENT + TTL − safety margin, on the client's
 // clock (CLOCK_BOOTTIME: it counts while the host is suspended).
@@ -38,6 +48,7 @@ type session struct {
 	clk    clock.Clock
 	ttl    time.Duration
 	margin time.Duration
+	lane   int // see sessionKey
 	id     []byte
 	number uint64
 
@@ -51,6 +62,10 @@ type session struct {
 	names    map[string]*localClaim // guarded by mu; one local holder per lock name
 	grants   map[*Lease]time.Time   // guarded by mu; live grants, by when their answer arrived
 	calls    calls
+
+	life     context.Context // ends with the session: its Session stream's parent
+	streamMu sync.Mutex
+	stream   *callStream // guarded by streamMu; the Session stream of its Acquire and Release calls, nil until the first
 }
 
 // newSession creates the server lease. Its deadline counts from before the
@@ -68,11 +83,11 @@ func (c *Client) newSession(ctx context.Context, key sessionKey) (*session, erro
 	if err != nil {
 		return nil, fmt.Errorf("fence: create lease: %w", err)
 	}
-	s := &session{c: c, clk: clk, ttl: ttl, margin: key.margin, id: resp.LeaseSecret, number: resp.LeaseNumber,
+	s := &session{c: c, clk: clk, ttl: ttl, margin: key.margin, lane: key.lane, id: resp.LeaseSecret, number: resp.LeaseNumber,
 		deadline: sent.Add(ttl - key.margin), ended: make(chan struct{}), names: map[string]*localClaim{}, grants: map[*Lease]time.Time{}}
 	s.timer = clk.AfterFunc(clock.Until(clk, s.deadline), s.check)
 	loop, stop := context.WithCancel(context.Background())
-	s.stop = stop
+	s.stop, s.life = stop, loop
 	go s.renew(loop)
 	return s, nil
 }
@@ -203,7 +218,9 @@ func (s *session) renew(ctx context.Context) {
 	fail := func(err error) { // drop the stream; the next one goes to the next member
 		if rs != nil {
 			rs.close()
-			s.c.moveOn(rs.member, err)
+			if !errors.Is(err, errUseUnary) { // else: the member has no Session stream; it may lead
+				s.c.moveOn(rs.member, err)
+			}
 		}
 		rs = nil
 		s.renewFailed(err)
@@ -220,6 +237,11 @@ func (s *session) renew(ctx context.Context) {
 		case <-wake.C():
 		}
 		wake.Reset(retryEvery) // unless the renewal below succeeds
+		// The session's calls went on to another stream: so do its renewals.
+		if rs != nil && rs.moved != nil && rs.moved() {
+			rs.close()
+			rs = nil
+		}
 		if rs == nil {
 			var err error
 			if rs, err = s.openStream(ctx); err != nil {
@@ -230,7 +252,11 @@ func (s *session) renew(ctx context.Context) {
 		seq++
 		patience.Reset(interval)
 		sent := s.clk.Now()
-		if err := rs.st.Send(&api.KeepAliveRequest{LeaseSecret: s.id, Seq: seq}); err != nil {
+		_, span := s.c.opts.startSpan(context.Background(), spanRenew, func() []attribute.KeyValue {
+			return []attribute.KeyValue{attrLease.Int64(int64(s.number))}
+		})
+		if err := rs.send(&api.KeepAliveRequest{LeaseSecret: s.id, Seq: seq}); err != nil {
+			endSpan(span, err)
 			fail(err)
 			continue
 		}
@@ -242,9 +268,12 @@ func (s *session) renew(ctx context.Context) {
 			}
 			s.c.opts.observer.RenewalSent(true)
 			if !r.Ok {
-				s.end(fmt.Errorf("%w: the server ended lease #%d (it expired, or an admin revoked it)", ErrExpired, s.number))
+				err := fmt.Errorf("%w: the server ended lease #%d (it expired, or an admin revoked it)", ErrExpired, s.number)
+				endSpan(span, err)
+				s.end(err)
 				return
 			}
+			endSpan(span, nil)
 			wake.Reset(clock.Until(s.clk, sent.Add(interval))) // first: a test that sees the new deadline may move the clock
 			s.renewed(sent, r.GetTtl().AsDuration())
 			s.checkHeld(sent, r.GetHeldTokens())
@@ -252,27 +281,37 @@ func (s *session) renew(ctx context.Context) {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("renewal stream closed by the server")
 			}
+			endSpan(span, err)
 			fail(err)
 		case <-patience.C():
 			// A member that cannot commit (a deposed leader cut off from the
 			// majority) never answers: try another.
-			fail(errors.New("no answer to a renewal within TTL/3"))
+			err := errors.New("no answer to a renewal within TTL/3")
+			endSpan(span, err)
+			fail(err)
 		case <-ctx.Done():
+			endSpan(span, ctx.Err())
 			return
 		}
 	}
 }
 
-// renewStream is one KeepAlive stream and the goroutine reading its answers.
+// renewStream is where a session's renewals go, and the goroutine reading
+// their answers: its Session stream (stream.go), or a KeepAlive stream of
+// its own on an older server.
 type renewStream struct {
 	member int32 // index of the member it goes to
-	st     api.FenceService_KeepAliveClient
+	send   func(*api.KeepAliveRequest) error
 	resps  chan *api.KeepAliveResponse
 	errs   chan error
 	cancel context.CancelFunc
+	moved  func() bool // the session's calls left this stream (a Session stream it retired); nil: a KeepAlive stream
 }
 
 func (s *session) openStream(ctx context.Context) (*renewStream, error) {
+	if rs, err := s.renewOnSession(ctx); !errors.Is(err, errUseUnary) {
+		return rs, err
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	// Calls fail fast while disconnected: each attempt counts as a failed
 	// renewal (jeopardy), and the loop retries soon, on the next member.
@@ -283,7 +322,7 @@ func (s *session) openStream(ctx context.Context) (*renewStream, error) {
 		s.c.moveOn(idx, err)
 		return nil, err
 	}
-	rs := &renewStream{member: idx, st: st, resps: make(chan *api.KeepAliveResponse, 4), errs: make(chan error, 1), cancel: cancel}
+	rs := &renewStream{member: idx, send: st.Send, resps: make(chan *api.KeepAliveResponse, 4), errs: make(chan error, 1), cancel: cancel}
 	go func() {
 		for {
 			r, err := st.Recv()
@@ -310,29 +349,43 @@ func (rs *renewStream) close() {
 // localClaim marks name as taken by one caller of this session.
 type localClaim struct {
 	done  chan struct{} // closed when the caller lets go
+	multi bool          // a permit of a semaphore or a reader's grant: others of its kind use the next lane
 	token uint64        // guarded by session.mu; the grant's token, once granted
 }
 
+// errNextLane: name is taken in this session by a caller whose grant may
+// be held beside others (a permit, a reader's), so the caller asks in a
+// session of the next lane rather than waiting for it locally: a writer
+// that waited here for its own Client's reader would not be in the
+// server's queue, and readers that came after it would pass it.
+var errNextLane = errors.New("fence: name taken in this lane; try the next")
+
 // claim makes this caller the only local holder of name in this session. If
-// another caller holds it, claim waits for it to finish, or with wait=false
-// fails at once with a *LockedError (ErrLocked) that says so. It returns the
-// release func and a func that records the grant's token.
-func (s *session) claim(ctx context.Context, name string, wait bool) (unclaim func(), granted func(uint64), err error) {
+// another caller holds it, claim returns errNextLane when either of the
+// two is multi (a permit or a reader's grant); otherwise it waits for it to
+// finish, or with wait=false fails at once with a *LockedError (ErrLocked)
+// that says so. It returns the release func and a func that records the
+// grant's token.
+func (s *session) claim(ctx context.Context, name string, wait, multi bool) (unclaim func(), granted func(uint64), err error) {
 	for {
 		s.mu.Lock()
 		busy, taken := s.names[name]
+		if taken && (multi || busy.multi) {
+			s.mu.Unlock()
+			return nil, nil, errNextLane
+		}
 		if !taken {
-			mine := &localClaim{done: make(chan struct{})}
+			mine := &localClaim{done: make(chan struct{}), multi: multi}
 			s.names[name] = mine
 			s.mu.Unlock()
-			unclaim = func() {
+			unclaim = sync.OnceFunc(func() { // a Relock's new grant shares it with the old
 				s.mu.Lock()
 				if s.names[name] == mine {
 					delete(s.names, name)
 				}
 				s.mu.Unlock()
 				close(mine.done)
-			}
+			})
 			granted = func(tok uint64) {
 				s.mu.Lock()
 				mine.token = tok

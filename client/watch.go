@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -35,10 +36,15 @@ const (
 	LockDelayStarted
 	// LockDelayEnded: the lock-delay after Token ended.
 	LockDelayEnded
+	// Written: the fenced key of the same name was written (Client.Put)
+	// with Token; Value is what it holds now. An election keeps its
+	// leader's value this way (see Campaign).
+	Written
 )
 
 var eventTypeNames = map[EventType]string{Granted: "granted", Released: "released", WaiterJoined: "waiter-joined",
-	WaiterLeft: "waiter-left", LockDelayStarted: "lock-delay-started", LockDelayEnded: "lock-delay-ended"}
+	WaiterLeft: "waiter-left", LockDelayStarted: "lock-delay-started", LockDelayEnded: "lock-delay-ended",
+	Written: "written"}
 
 func (t EventType) String() string {
 	if s, ok := eventTypeNames[t]; ok {
@@ -81,9 +87,14 @@ type LockEvent struct {
 	Name      string
 	Lease     uint64 // the public number of the lease granted, released or waiting
 	Owner     string // that lease's owner label
-	Token     uint64 // the grant's token (Granted, Released, LockDelay*)
+	Token     uint64 // the grant's token (Granted, Released, LockDelay*); the write's (Written)
 	Cause     Cause  // Released, WaiterLeft
 	LockDelay time.Duration
+	Value     []byte // Written
+	// Slot and Shared: the grant's permit of a semaphore (0…n−1; 0 for a
+	// mutex) and whether it is a reader's (Granted, Released, LockDelayStarted).
+	Slot   int
+	Shared bool
 }
 
 // WatchOption changes a Watch.
@@ -104,7 +115,8 @@ func WatchPrefix() WatchOption { return func(o *watchOptions) { o.prefix = true 
 func WatchFrom(index uint64) WatchOption { return func(o *watchOptions) { o.from = index } }
 
 // Watch follows a lock name (or, with WatchPrefix, every lock under a
-// prefix) and delivers its changes on Events, in the order they happened.
+// prefix) and delivers its changes on Events, in the order they happened,
+// with the writes of the fenced key of the same name (Put).
 // Any member serves a watch; when its member fails or is cut off, the
 // watch moves to the next one and resumes from the index after the last it
 // saw, so no event is lost or repeated. Events closes when ctx ends, when
@@ -232,6 +244,13 @@ func (w *Watch) run(ctx context.Context, started chan<- error) {
 	}
 }
 
+// maxWatchMessage bounds one Watch message: the events of one raft entry,
+// whose fenced writes alone may carry over 4 MiB of values (the leader packs
+// about 4 MiB of commands into an entry, values up to 1 MiB each), above
+// gRPC's default 4 MiB. An entry never exceeds the 64 MiB the raft
+// transport sends, nor do the values written in it.
+const maxWatchMessage = 64 << 20
+
 // stream runs one Watch stream from the index after the last seen; opened
 // is called once the member has answered.
 func (w *Watch) stream(ctx context.Context, opened func()) error {
@@ -243,7 +262,7 @@ func (w *Watch) stream(ctx context.Context, opened func()) error {
 	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := w.c.leader().Watch(ctx, req)
+	s, err := w.c.leader().Watch(ctx, req, grpc.MaxCallRecvMsgSize(maxWatchMessage))
 	if err != nil {
 		return err
 	}
@@ -268,5 +287,6 @@ func (w *Watch) stream(ctx context.Context, opened func()) error {
 
 func watchEvent(index uint64, e *api.LockEvent) LockEvent {
 	return LockEvent{Index: index, Type: EventType(e.GetType()), Name: e.GetName(), Lease: e.GetLeaseNumber(), Owner: e.GetOwner(),
-		Token: e.GetToken(), Cause: Cause(e.GetCause()), LockDelay: e.GetLockDelay().AsDuration()}
+		Token: e.GetToken(), Cause: Cause(e.GetCause()), LockDelay: e.GetLockDelay().AsDuration(), Value: e.GetValue(),
+		Slot: int(e.GetSlot()), Shared: e.GetShared()}
 }

@@ -78,14 +78,33 @@ var (
 
 func (d *Dialect) String() string { return d.name }
 
-// onConflictDoNothing ends an INSERT so that a row whose key column already
-// exists is left alone and counted as 0 rows. (Not MySQL's INSERT IGNORE,
-// which also turns other errors, such as a key too long, into warnings.)
-func (d *Dialect) onConflictDoNothing(keyColumn string) string {
+// onConflictDoNothing ends an INSERT so that a row whose key columns
+// already exist is left alone and counted as 0 rows — on MySQL, unless the
+// DSN sets clientFoundRows: then the row it left alone counts 1, as a new
+// row does, so there a count of 1 does not say the row is new (insertNew
+// does). (Not MySQL's INSERT IGNORE, which also turns other errors, such
+// as a key too long, into warnings.)
+func (d *Dialect) onConflictDoNothing(keyColumns ...string) string {
 	if d == MySQL {
-		return " ON DUPLICATE KEY UPDATE " + keyColumn + " = " + keyColumn
+		return " ON DUPLICATE KEY UPDATE " + keyColumns[0] + " = " + keyColumns[0]
 	}
-	return " ON CONFLICT (" + keyColumn + ") DO NOTHING"
+	return " ON CONFLICT (" + strings.Join(keyColumns, ", ") + ") DO NOTHING"
+}
+
+// insertNew returns the start (up to the column list) and the end of an
+// INSERT into table that adds its row only if keyColumn's value is new,
+// and counts 1 row if it added it and 0 if not, whatever the DSN says of
+// clientFoundRows: on MySQL, INSERT IGNORE (which touches no existing
+// row, so there is no found row to count); elsewhere onConflictDoNothing.
+// INSERT IGNORE also turns other errors into warnings: a value too long
+// for its column is cut to fit, and the row is added and counted. Use it
+// only for rows whose values all fit the columns this package created,
+// and read the row back.
+func (d *Dialect) insertNew(table, keyColumn string) (start, end string) {
+	if d == MySQL {
+		return "INSERT IGNORE INTO " + table, ""
+	}
+	return "INSERT INTO " + table, d.onConflictDoNothing(keyColumn)
 }
 
 // binaryKey makes a string key column of a table this package created
@@ -146,3 +165,11 @@ func (q *query) arg(v any) *query {
 	q.sql.WriteString(q.d.placeholder(len(q.args)))
 	return q
 }
+
+// Quote quotes an identifier, optionally schema-qualified ("app.totals"), for
+// this dialect; it refuses anything but letters, digits and underscores.
+// For packages that build their own statements (package dblock).
+func (d *Dialect) Quote(ident string) (string, error) { return d.quote(ident) }
+
+// Placeholder is the n-th (from 1) bind parameter of a statement: $n or ?.
+func (d *Dialect) Placeholder(n int) string { return d.placeholder(n) }

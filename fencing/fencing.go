@@ -10,11 +10,37 @@
 // matches [ErrStale], and the holder must stop: another holder has written
 // since. Re-acquire and read fresh data before trying again.
 //
+// A [Table] makes every write one statement that checks and records the
+// token: Update (and Claim) of a row, Insert of a new one (ErrExists if it
+// is there), Upsert (insert or guarded update, in one INSERT … ON
+// CONFLICT), Delete (a tombstone, see the caveats). CompareAndSet needs no
+// token at all: it writes if a version column still holds the version
+// you read, else fails with [ErrConflict].
+//
+// No lock at all is often the right amount. For a short read-modify-write
+// of rows in one database, CompareAndSet lets the database order the
+// writers: no lease to lose, no row lock to wait on. A lease holder needs
+// no row lock either to create, overwrite or delete a row: Insert, Upsert
+// and Delete are one statement each, where SELECT … FOR UPDATE then INSERT
+// or UPDATE (or InTx) holds a lock until commit. Take a lease, with its
+// token, when the work is long, touches something outside that database,
+// or must not be done twice: a conditional write only makes the losing
+// writer fail at the end, after its work.
+//
 // # Caveats
 //
 //   - A stale write can still land before the newer holder's first write;
 //     write whole values, never deltas, so the newer write replaces it.
 //   - Never retry a refused write with the same token.
+//   - A row removed by DELETE forgets its fence: a stale holder's Insert
+//     or Upsert could create it again under an older token. Delete
+//     therefore keeps the row as a tombstone (TableConfig.DeletedColumn);
+//     your reads must skip tombstones, and purge old ones only once no
+//     holder of an older token can be alive.
+//   - On MySQL, Insert and Upsert need the DSN's clientFoundRows off (the
+//     driver's default; with it they fail, as a refused write would look
+//     like a new row), and a table whose only unique index is its key.
+//     Update, Ledger and SQLStore work either way.
 //   - One write with a token nobody issued (1<<62, say) would raise the fence
 //     past every real token and lock the resource out for good. Set a
 //     [Limit] (TableConfig.Limit, MiddlewareConfig.Limit): a token above it
@@ -54,8 +80,17 @@ var (
 	// ErrTooHigh is matched by every refusal of a token above a Limit: no
 	// lock grant can have issued it. Nothing was written or recorded.
 	ErrTooHigh = errors.New("fencing: token above the limit")
-	// ErrNoRow: the guarded write found no row with that key.
+	// ErrNoRow: the guarded write found no row with that key (or only a
+	// tombstone, see TableConfig.DeletedColumn).
 	ErrNoRow = errors.New("fencing: no such row")
+	// ErrExists: Insert found a live row with that key, written with the
+	// same token or an older one (a newer one gives ErrStale). Nothing was
+	// written; Update or Upsert it if overwriting is what you mean.
+	ErrExists = errors.New("fencing: row exists")
+	// ErrConflict is matched by every refusal of a CompareAndSet (a
+	// *ConflictError with both versions): the row's version moved on since
+	// you read it. Nothing was written; read again, compute again, retry.
+	ErrConflict = errors.New("fencing: version conflict")
 )
 
 // StaleError reports a refused write: Offered is the writer's token, Highest
@@ -72,6 +107,22 @@ func (e *StaleError) Error() string {
 
 // Is makes errors.Is(err, ErrStale) true.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// ConflictError reports a refused CompareAndSet: the row's version was
+// Actual, not Expected. It matches ErrConflict.
+type ConflictError struct {
+	Resource string
+	Key      any
+	Expected int64
+	Actual   int64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("fencing: version conflict in %s with key %v: version %d, expected %d (another write came first; read again)", e.Resource, e.Key, e.Actual, e.Expected)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // TooHighError reports a token refused by a Limit: Offered is the writer's
 // token, Ceiling the highest token the resource would have accepted. It

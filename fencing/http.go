@@ -72,31 +72,42 @@ func Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
 			return
 		}
 		key := cfg.Resource(r)
+		name := key
+		if cfg.LockName != nil {
+			name = cfg.LockName(r)
+		}
+		cw := CheckedWrite{Table: "http", Mode: Enforce, Lock: name}
+		if wo, ok := cfg.Observer.(WriteObserver); ok {
+			defer func() { wo.Checked(r.Context(), cw) }()
+		}
 		var token Token
 		if cfg.Verifier != nil {
-			name := key
-			if cfg.LockName != nil {
-				name = cfg.LockName(r)
-			}
 			var err error
 			if token, err = cfg.Verifier.VerifyFor(raw, name, key); err != nil {
+				cw.Err = err
 				observeRefusal(cfg.Observer, "http", Enforce, err)
 				writeJSON(w, http.StatusForbidden, map[string]any{"error": err.Error(), "resource": key})
 				return
+			}
+			if g, err := cfg.Verifier.Verify(raw); err == nil { // verified just now: from the cache
+				cw.Lease = g.Lease
 			}
 		} else {
 			var err error
 			token, err = strconv.ParseUint(raw, 10, 64)
 			if err != nil || token == 0 {
+				cw.Err = fmt.Errorf("fencing: %s %q is not a positive integer", TokenHeader, raw)
 				http.Error(w, TokenHeader+" must be a positive integer (the token of your lock grant)", http.StatusBadRequest)
 				return
 			}
 		}
+		cw.Token = token
 		unlock := locks.lock(key)
 		defer unlock()
 		highest, ok, err := cfg.Store.Advance(r.Context(), key, token, cfg.Limit)
 		var tooHigh *TooHighError
 		if errors.As(err, &tooHigh) {
+			cw.Err = err
 			observeRefusal(cfg.Observer, "http", Enforce, err)
 			writeJSON(w, http.StatusBadRequest, map[string]any{
 				"error":    fmt.Sprintf("fencing token %d is above the limit %d for %s: no lock grant issued it", token, tooHigh.Ceiling, key),
@@ -104,10 +115,13 @@ func Middleware(cfg MiddlewareConfig, next http.Handler) http.Handler {
 			return
 		}
 		if err != nil {
+			cw.Err = err
 			http.Error(w, "fencing store unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		if !ok {
+			cw.Stale = &StaleError{Resource: key, Offered: token, Highest: highest}
+			cw.Err = cw.Stale
 			if cfg.Observer != nil {
 				cfg.Observer.Stale("http", Enforce, token, highest)
 			}
@@ -214,8 +228,8 @@ func (s *SQLStore) EnsureTable(ctx context.Context) error {
 	return d.binaryKey(ctx, sqlRunner{s.db}, s.table.cfg.Name, s.table.name, "resource_key")
 }
 
-// Advance implements TokenStore with one guarded update (and an insert for a
-// resource seen for the first time).
+// Advance implements TokenStore with one guarded update (for a resource
+// seen for the first time: an insert, then the update again).
 func (s *SQLStore) Advance(ctx context.Context, key string, token Token, limit Limit) (Token, bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		err := s.table.update(ctx, sqlRunner{s.db}, credential{token: token}, key, nil, limit)
@@ -234,14 +248,12 @@ func (s *SQLStore) Advance(ctx context.Context, key string, token Token, limit L
 		q := &query{d: s.table.cfg.Dialect}
 		q.text("INSERT INTO ", s.table.name, " (resource_key, fence) VALUES (").arg(key).text(", ").arg(int64(token)).text(")",
 			q.d.onConflictDoNothing("resource_key"))
-		res, err := s.db.ExecContext(ctx, q.sql.String(), q.args...)
-		if err != nil {
+		if _, err := s.db.ExecContext(ctx, q.sql.String(), q.args...); err != nil {
 			return 0, false, err
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			return token, true, nil
-		}
-		// Another instance inserted it meanwhile: compare again.
+		// This INSERT or another instance's created the row: the guarded
+		// update decides. (Not the INSERT's count: on MySQL with the DSN's
+		// clientFoundRows, a row it left alone counts 1, as a new one.)
 	}
 	return 0, false, fmt.Errorf("fencing: token store: resource %q kept changing; retry", key)
 }

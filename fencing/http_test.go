@@ -21,13 +21,17 @@ import (
 )
 
 // tokenStores returns a constructor for each TokenStore: memory, and SQL on
-// each database.
+// each database and on MySQL with clientFoundRows.
 func tokenStores(t *testing.T) map[string]func(t *testing.T) fencing.TokenStore {
 	stores := map[string]func(t *testing.T) fencing.TokenStore{
 		"memory": func(*testing.T) fencing.TokenStore { return fencing.NewMemoryStore() },
 	}
-	for _, db := range dbtest.All(t) {
-		stores["sql-"+db.Name] = func(t *testing.T) fencing.TokenStore {
+	for _, db := range append(dbtest.All(t), dbtest.MySQLFoundRows()) {
+		name := "sql-" + db.Name
+		if strings.Contains(db.DSN, "clientFoundRows") {
+			name += "_clientFoundRows"
+		}
+		stores[name] = func(t *testing.T) fencing.TokenStore {
 			h := dbtest.Open(t, db)
 			s, err := fencing.NewSQLStore(db.Dialect, h, dbtest.Table(t, h))
 			if err != nil {
@@ -149,9 +153,11 @@ func (d *lateInsertDB) ExecContext(ctx context.Context, q string, args ...any) (
 }
 
 // TestSQLStoreInsertRace: a store that loses the race to create a resource's
-// row compares its token with the winner's instead of accepting it.
+// row compares its token with the winner's instead of accepting it, on
+// MySQL also when the DSN sets clientFoundRows (the losing INSERT … ON
+// DUPLICATE KEY UPDATE then counts the row it found, as a new one).
 func TestSQLStoreInsertRace(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
 		h := dbtest.Open(t, db)
 		name := dbtest.Table(t, h)
 		late := &lateInsertDB{DB: h, table: name}

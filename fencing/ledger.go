@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Ledger makes an action that cannot check a token (an SMS, a payment API
@@ -46,7 +48,8 @@ import (
 // the action did in your own tables afterwards, in your own transaction.
 //
 // Which tool fits:
-//   - the write lands in a table you own: Table.Update (the row checks the token);
+//   - the write lands in a table you own: Table.Update, Insert, Upsert or
+//     Delete (the row checks the token);
 //   - several statements must see one check: Table.InTx;
 //   - your own HTTP API is the resource: Middleware;
 //   - a side effect outside your storage: Ledger (at most once per key; pick
@@ -178,12 +181,11 @@ func (l *Ledger) once(ctx context.Context, db LedgerDB, key string, token Token,
 	cancel()
 	state, detail := LedgerDone, ""
 	if actErr != nil {
-		state, detail = LedgerFailed, actErr.Error()
-		if len(detail) > 1000 {
-			detail = detail[:1000]
-		}
+		state, detail = LedgerFailed, ledgerDetail(actErr.Error())
 	}
-	// Record the outcome only if the claim is still ours.
+	// Record the outcome only if the claim is still ours. The state
+	// changes in every row this matches, so MySQL counts it with or
+	// without clientFoundRows.
 	u := &query{d: l.d}
 	u.text("UPDATE ", l.table, " SET state = ").arg(state).text(", detail = ").arg(detail).
 		text(" WHERE action_key = ").arg(key).text(" AND token = ").arg(int64(token)).text(" AND state = ").arg(LedgerStarted)
@@ -205,13 +207,26 @@ func (l *Ledger) once(ctx context.Context, db LedgerDB, key string, token Token,
 
 // claim takes key for token: a new row, or the reclaim of a stuck one.
 // claimed=false with a nil error means someone else's claim stands.
+//
+// Each statement's count of rows says who won, on MySQL whatever the DSN
+// says of clientFoundRows (with it, a statement counts the rows it found,
+// even those it left alone): the INSERT touches no existing row
+// (Dialect.insertNew), and the reclaim's UPDATE changes every row it
+// matches (the token rises).
 func (l *Ledger) claim(ctx context.Context, db DB, key string, token Token) (claimed bool, err error) {
+	start, end := l.d.insertNew(l.table, "action_key")
 	for attempt := 0; attempt < 3; attempt++ {
 		q := &query{d: l.d}
-		q.text("INSERT INTO ", l.table, " (action_key, token, state, started_at) VALUES (").arg(key).text(", ").
-			arg(int64(token)).text(", ").arg(LedgerStarted).text(", ", l.d.nowMicros, ")", l.d.onConflictDoNothing("action_key"))
-		if n, err := l.exec(ctx, db, key, q); err != nil || n == 1 {
-			return n == 1, err
+		q.text(start, " (action_key, token, state, started_at) VALUES (").arg(key).text(", ").
+			arg(int64(token)).text(", ").arg(LedgerStarted).text(", ", l.d.nowMicros, ")", end)
+		n, err := l.exec(ctx, db, key, q)
+		switch {
+		case err != nil:
+			return false, err
+		case n == 1 && l.d == MySQL:
+			return l.addedAsWritten(ctx, db, key, token)
+		case n == 1:
+			return true, nil
 		}
 		if ra, on := l.reclaimAfter(); on {
 			// One statement, so two reclaimers cannot both win.
@@ -236,6 +251,25 @@ func (l *Ledger) claim(ctx context.Context, db DB, key string, token Token) (cla
 		return false, nil
 	}
 	return false, fmt.Errorf("fencing: ledger %q kept changing under the claim; retry", key)
+}
+
+// addedAsWritten reads back the claim that MySQL's INSERT IGNORE counted
+// as added: key's row must be started, with token. INSERT IGNORE would
+// also cut a value too long for its column to fit (in a table made
+// otherwise than by EnsureTable) and add that row, under another key.
+func (l *Ledger) addedAsWritten(ctx context.Context, db DB, key string, token Token) (bool, error) {
+	q := &query{d: l.d}
+	q.text("SELECT token FROM ", l.table, " WHERE action_key = ").arg(key).text(" AND state = ").arg(LedgerStarted)
+	recorded, found, err := sqlRunner{db}.QueryInt64(ctx, q.sql.String(), q.args...)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("fencing: ledger read %q: %w", key, err)
+	case found && Token(recorded) == token:
+		return true, nil
+	case found && Token(recorded) > token: // reclaimed at once
+		return false, &StaleError{Resource: key, Offered: token, Highest: Token(recorded)}
+	}
+	return false, fmt.Errorf("fencing: ledger claim %q: MySQL counted the claim as added, but the key has no started claim with token %d (a value cut to fit a column? create the table with EnsureTable; or Forget ran at once): not claimed", key, token)
 }
 
 func (l *Ledger) exec(ctx context.Context, db DB, key string, q *query) (int64, error) {
@@ -275,4 +309,20 @@ func (l *Ledger) Forget(ctx context.Context, db DB, key string) error {
 	q.text("DELETE FROM ", l.table, " WHERE action_key = ").arg(key)
 	_, err := db.ExecContext(ctx, q.sql.String(), q.args...)
 	return err
+}
+
+// ledgerDetail is an action's error message as the detail column can take
+// it, so that marking the action failed cannot fail on its text: valid
+// UTF-8 without NUL bytes (Postgres and MySQL's utf8mb4 refuse both), at
+// most 1000 bytes, cut between characters.
+func ledgerDetail(msg string) string {
+	msg = strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "\uFFFD")
+	if len(msg) <= 1000 {
+		return msg
+	}
+	cut := 1000
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
 }

@@ -18,7 +18,7 @@ import (
 
 // TestLedgerOnce: 20 concurrent attempts at one action; it runs exactly once.
 func TestLedgerOnce(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
 		h := dbtest.Open(t, db)
 		name := dbtest.Table(t, h)
 		ctx := context.Background()
@@ -94,7 +94,7 @@ func newLedger(t *testing.T, db dbtest.DB) (*sql.DB, *fencing.Ledger, string) {
 
 // TestLedgerClaims: what a claim with token 5 does to each kind of row.
 func TestLedgerClaims(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
 		h, l, name := newLedger(t, db)
 		ctx := context.Background()
 		now := time.Now().UnixMicro() // the database runs on this machine: one clock
@@ -173,7 +173,7 @@ func TestLedgerClaims(t *testing.T) {
 // action runs exactly once, and wherever holder 2 claimed first, holder 1
 // is told it is stale.
 func TestLedgerTwoHolders(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
 		h, l, _ := newLedger(t, db)
 		ctx := context.Background()
 		const keys = 40
@@ -231,7 +231,7 @@ func TestLedgerRollback(t *testing.T) {
 			t.Fatalf("%v does not satisfy LedgerDB", typ)
 		}
 	}
-	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
 		h, l, name := newLedger(t, db)
 		ctx := context.Background()
 		mustExec(t, h, fmt.Sprintf("CREATE TABLE %s_orders (id BIGINT PRIMARY KEY)", name))
@@ -243,6 +243,9 @@ func TestLedgerRollback(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A failure must not leave it open: MySQL's DROP TABLE at
+			// cleanup would wait for it (a metadata lock) for good.
+			t.Cleanup(func() { tx.Rollback() })
 			insert := func() {
 				if _, err := tx.Exec(fmt.Sprintf("INSERT INTO %s_orders VALUES (%d)", name, attempt)); err != nil {
 					t.Fatal(err)
@@ -275,7 +278,7 @@ func TestLedgerRollback(t *testing.T) {
 // Holder 5 reclaims and runs the action; when holder 3 wakes, recording its
 // outcome fails with ErrStale and leaves holder 5's record alone.
 func TestLedgerReclaim(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db dbtest.DB) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
 		t.Parallel()
 		h, l, _ := newLedger(t, db)
 		l.ReclaimAfter = time.Second
@@ -320,4 +323,111 @@ func TestLedgerReclaim(t *testing.T) {
 			t.Fatalf("state %q", st)
 		}
 	})
+}
+
+// TestLedgerOnceAgain: once a key's action has run, Once on it runs nothing
+// more: not while the action is still running (a caller with the same
+// token), not once it is done (the same token, a higher one, or a lower
+// one, which is also told it is stale). On MySQL whatever the DSN says of
+// clientFoundRows: with it, a claim's INSERT that found the key's row and
+// left it alone counted one row, as a new claim does.
+func TestLedgerOnceAgain(t *testing.T) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
+		h, l, _ := newLedger(t, db)
+		ctx := context.Background()
+		const key = "sms:order-77:shipped"
+		var runs atomic.Int32
+		act := func(context.Context) error { runs.Add(1); return nil }
+		ran, err := l.Once(ctx, h, key, 5, func(ctx context.Context) error {
+			runs.Add(1)
+			if ran, err := l.Once(ctx, h, key, 5, act); ran || err != nil {
+				t.Errorf("Once with the same token while the action runs: ran=%v %v, want false and no error", ran, err)
+			}
+			return nil
+		})
+		if !ran || err != nil {
+			t.Errorf("first Once: ran=%v %v", ran, err)
+		}
+		for _, tc := range []struct {
+			token fencing.Token
+			stale bool
+		}{{5, false}, {6, false}, {4, true}} {
+			ran, err := l.Once(ctx, h, key, tc.token, act)
+			if ran || (err != nil) != tc.stale || tc.stale && !errors.Is(err, fencing.ErrStale) {
+				t.Errorf("Once with token %d after the action is done: ran=%v %v, want false and stale=%v", tc.token, ran, err, tc.stale)
+			}
+		}
+		if n := runs.Load(); n != 1 {
+			t.Errorf("the action ran %d times, want 1", n)
+		}
+		if st, err := l.State(ctx, h, key); st != fencing.LedgerDone || err != nil {
+			t.Errorf("state %q %v, want %q", st, err, fencing.LedgerDone)
+		}
+	})
+}
+
+// TestLedgerOneTokenRace: four callers with one token (a holder's retries,
+// or its goroutines) race for each of 20 keys. Each action runs exactly
+// once, and the other three are told it did not run for them, without an
+// error.
+func TestLedgerOneTokenRace(t *testing.T) {
+	forEachDBAndFoundRows(t, func(t *testing.T, db dbtest.DB) {
+		h, l, _ := newLedger(t, db)
+		ctx := context.Background()
+		const keys, callers = 20, 4
+		var runs, reported [keys]atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for k := range keys {
+					ran, err := l.Once(ctx, h, fmt.Sprint("key-", k), 7, func(context.Context) error {
+						runs[k].Add(1)
+						return nil
+					})
+					if err != nil {
+						t.Errorf("key %d: ran=%v %v", k, ran, err)
+					}
+					if ran {
+						reported[k].Add(1)
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for k := range keys {
+			if r, n := runs[k].Load(), reported[k].Load(); r != 1 || n != 1 {
+				t.Errorf("key %d: the action ran %d times, %d callers said they ran it; want 1 and 1", k, r, n)
+			}
+		}
+	})
+}
+
+// TestLedgerMySQLNarrowKey: a ledger table made by hand with a key column
+// too narrow for the key. MySQL's INSERT IGNORE, which the claim uses
+// there, cuts the key to fit and counts the row as added; the claim must
+// not count as made (its row is under another key), and the action must
+// not run.
+func TestLedgerMySQLNarrowKey(t *testing.T) {
+	for label, db := range map[string]dbtest.DB{"mysql": dbtest.MySQL(), "mysql_clientFoundRows": dbtest.MySQLFoundRows()} {
+		t.Run(label, func(t *testing.T) {
+			h := dbtest.Open(t, db)
+			name := dbtest.Table(t, h)
+			mustExec(t, h, "CREATE TABLE "+name+" (action_key VARBINARY(10) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, state VARCHAR(16) NOT NULL, detail VARCHAR(1000), started_at BIGINT NOT NULL DEFAULT 0)")
+			l, err := fencing.NewLedger(db.Dialect, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs := 0
+			ran, err := l.Once(context.Background(), h, "sms:order-77:shipped", 5, func(context.Context) error { runs++; return nil })
+			if ran || runs != 0 || err == nil {
+				t.Fatalf("a key cut to fit the column: ran=%v (%d runs) %v, want an error and no run", ran, runs, err)
+			}
+			t.Log(err)
+		})
+	}
 }

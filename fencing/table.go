@@ -68,6 +68,39 @@ type RefusalObserver interface {
 	Refused(table string, mode Mode, err error)
 }
 
+// WriteObserver is an Observer that is also told of every write a Table
+// (or request Middleware) checked by its token, with the writer's context
+// (the request's), after the write (Middleware: after the request):
+// package fencingotel puts the token and the lock on the writer's trace
+// span. It runs on the writing goroutine and must not block.
+type WriteObserver interface {
+	Observer
+	Checked(ctx context.Context, w CheckedWrite)
+}
+
+// CheckedWrite is one write a Table checked by its token, or one request
+// Middleware checked (Table "http", Mode Enforce, Lock the request's lock:
+// LockName or the resource; Err set when it was refused).
+type CheckedWrite struct {
+	Table string // TableConfig.Name
+	Mode  Mode   // the table's mode for this write (Off: the token was not checked)
+	// Token is the token offered (a signed one's, once verified; 0 if it
+	// did not verify).
+	Token Token
+	// Lock is the lock the token was issued for, where the table knows it:
+	// a verified signed token's lock, or TableConfig.LockName of the row's
+	// key (of integer or string types); "" otherwise.
+	Lock string
+	// Lease is the holder's lease number, which only a verified signed
+	// token states (0 otherwise).
+	Lease uint64
+	// Stale is set when a newer token had written the row: the write was
+	// refused (Enforce: Err is Stale) or let through (Observe).
+	Stale *StaleError
+	// Err is what the write returned; nil: it was written.
+	Err error
+}
+
 // observeRefusal tells o of a refusal if it listens for them.
 func observeRefusal(o Observer, table string, mode Mode, err error) {
 	if ro, ok := o.(RefusalObserver); ok {
@@ -82,6 +115,21 @@ type TableConfig struct {
 	Key     []string // the columns that identify one row
 	// FenceColumn holds the highest token that wrote the row (default "fence").
 	FenceColumn string
+	// DeletedColumn, if set, makes Delete keep the row as a tombstone
+	// (this column 1, the fence at the deleting token) instead of removing
+	// it, so that a stale holder's Insert or Upsert cannot bring the row
+	// back under an older token. Update and CompareAndSet treat a tombstone
+	// as no row (ErrNoRow); Insert and Upsert with a token at least its
+	// fence revive it. Delete needs it. EnsureColumn adds it (BIGINT NOT
+	// NULL DEFAULT 0); unlike the fence column it is used in every mode.
+	// Your reads must skip rows where it is not 0.
+	DeletedColumn string
+	// VersionColumn, if set, is the version CompareAndSet compares; every
+	// write through the Table, in every mode, adds one to it, so that a
+	// compare-and-set based on a read from before any of them fails with
+	// ErrConflict. CompareAndSet needs it. EnsureColumn adds it (BIGINT
+	// NOT NULL DEFAULT 0).
+	VersionColumn string
 	// Mode is the initial mode; the zero value is Enforce.
 	Mode Mode
 	// Limit refuses tokens far above what was issued (see Limit); the zero
@@ -109,7 +157,9 @@ type Table struct {
 	name  string   // quoted
 	key   []string // quoted
 	fence string   // quoted
-	mode  atomic.Int32
+	// deleted and version are quoted, "" if not configured.
+	deleted, version string
+	mode             atomic.Int32
 	// keyTypesOK: the key columns were found to be of types whose text is
 	// fixed (checkKeyTypes), once, before the first signed write.
 	keyTypesOK atomic.Bool
@@ -140,9 +190,25 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	if t.fence, err = cfg.Dialect.quote(cfg.FenceColumn); err != nil {
 		return nil, err
 	}
+	own := []string{cfg.FenceColumn} // the columns the Table manages
+	for _, c := range []struct {
+		name   string
+		quoted *string
+	}{{cfg.DeletedColumn, &t.deleted}, {cfg.VersionColumn, &t.version}} {
+		if c.name == "" {
+			continue
+		}
+		if slices.ContainsFunc(own, sameColumn(c.name)) {
+			return nil, fmt.Errorf("fencing: table %q: the fence, deleted and version columns must be three different columns, %q is two", cfg.Name, c.name)
+		}
+		own = append(own, c.name)
+		if *c.quoted, err = cfg.Dialect.quote(c.name); err != nil {
+			return nil, err
+		}
+	}
 	for _, k := range cfg.Key {
-		if k == cfg.FenceColumn {
-			return nil, fmt.Errorf("fencing: table %q: the fence column cannot be a key column", cfg.Name)
+		if slices.ContainsFunc(own, sameColumn(k)) {
+			return nil, fmt.Errorf("fencing: table %q: the fence, deleted or version column %q cannot be a key column", cfg.Name, k)
 		}
 		q, err := cfg.Dialect.quote(k)
 		if err != nil {
@@ -210,8 +276,9 @@ func (r sqlRunner) QueryInt64(ctx context.Context, query string, args ...any) (i
 //
 // It returns nil if the row was written, an error matching ErrStale (a
 // *StaleError with both tokens) if a newer token has written the row, and one
-// matching ErrNoRow if there is no such row. Equal tokens pass, so a holder
-// may write many times. On ErrStale, stop: re-acquire and read fresh data.
+// matching ErrNoRow if there is no such row (or it is a tombstone: see
+// TableConfig.DeletedColumn; to create a row, Insert or Upsert). Equal
+// tokens pass, so a holder may write many times. On ErrStale, stop: re-acquire and read fresh data.
 // Write whole values, never deltas (see the package doc).
 //
 // db may be the caller's transaction, at any isolation level: the check is
@@ -260,48 +327,121 @@ func (t *Table) tokenOf(c credential, keys []any) (_ Token, exact []string, _ er
 	case v == nil:
 		return 0, nil, fmt.Errorf("fencing: table %s has no Verifier to check a signed token: set TableConfig.Verifier and LockName", t.cfg.Name)
 	}
-	exact = make([]string, len(keys))
-	for i, k := range keys {
-		switch k := k.(type) {
-		case string:
-			exact[i] = k
-		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-			exact[i] = fmt.Sprint(k)
-		default:
-			return 0, nil, fmt.Errorf("fencing: table %s: a signed write needs key values of integer or string types (its lock is named from their text), got %T", t.cfg.Name, k)
-		}
+	exact, err := keyText(keys)
+	if err != nil {
+		return 0, nil, fmt.Errorf("fencing: table %s: a signed write needs key values of integer or string types (its lock is named from their text), got %w", t.cfg.Name, err)
 	}
 	token, err := t.cfg.Verifier.VerifyFor(c.signed, t.cfg.LockName(exact), t.cfg.Name)
 	return token, exact, err
 }
 
+// keyText returns the text of key values of integer or string types, or
+// an error naming the first of another type.
+func keyText(keys []any) ([]string, error) {
+	text := make([]string, len(keys))
+	for i, k := range keys {
+		switch k := k.(type) {
+		case string:
+			text[i] = k
+		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+			text[i] = fmt.Sprint(k)
+		default:
+			return nil, fmt.Errorf("%T", k)
+		}
+	}
+	return text, nil
+}
+
+// describe fills in what cw says of the token c offered for the row with
+// keys: tokenOf's token (and the key's text, for a signed token), or its
+// error.
+func (t *Table) describe(cw *CheckedWrite, c credential, keys []any, exact []string, token Token, err error) {
+	if err != nil {
+		cw.Token = 0
+		return
+	}
+	cw.Token = token
+	if exact == nil && t.cfg.LockName != nil {
+		exact, _ = keyText(keys)
+	}
+	if exact != nil && t.cfg.LockName != nil {
+		cw.Lock = t.cfg.LockName(exact)
+	}
+	if c.isSigned {
+		if g, err := t.cfg.Verifier.Verify(c.signed); err == nil { // verified just now: from the cache
+			cw.Lease = g.Lease
+		}
+	}
+}
+
 // maxBigint is the highest token a BIGINT fence column holds.
 const maxBigint = 1<<63 - 1
 
+// op is the kind of a write through a Table.
+type op int
+
+const (
+	opUpdate op = iota // UPDATE a live row: Update, Claim, UpdateSigned
+	opDelete           // UPDATE the row into a tombstone: Delete
+	opInsert           // INSERT, or revive a tombstone: Insert
+	opUpsert           // INSERT, or UPDATE the row, tombstone or not: Upsert
+)
+
+var opNames = [...]string{opUpdate: "update", opDelete: "delete", opInsert: "insert", opUpsert: "upsert"}
+
+func (o op) String() string { return opNames[o] }
+
+// inserts reports whether o's statement is an INSERT.
+func (o op) inserts() bool { return o == opInsert || o == opUpsert }
+
 // update is UpdateVia or UpdateSigned under limit.
 func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set map[string]any, limit Limit) error {
-	keys, err := t.keyValues(key)
+	return t.write(ctx, r, opUpdate, c, key, set, limit)
+}
+
+// write is every guarded write: o's one statement, checked and recorded
+// by the token; on zero rows, a locking read of the row tells why. A
+// WriteObserver is told of it.
+func (t *Table) write(ctx context.Context, r Runner, o op, c credential, key any, set map[string]any, limit Limit) error {
+	wo, ok := t.cfg.Observer.(WriteObserver)
+	if !ok {
+		return t.checkedWrite(ctx, r, o, c, key, set, limit, nil)
+	}
+	cw := CheckedWrite{Table: t.cfg.Name, Token: c.token}
+	cw.Err = t.checkedWrite(ctx, r, o, c, key, set, limit, &cw)
+	wo.Checked(ctx, cw)
+	return cw.Err
+}
+
+// checkedWrite is write; it fills in cw, if not nil, for a WriteObserver.
+func (t *Table) checkedWrite(ctx context.Context, r Runner, o op, c credential, key any, set map[string]any, limit Limit, cw *CheckedWrite) error {
+	keys, cols, err := t.keysAndColumns(key, set)
 	if err != nil {
 		return err
 	}
-	cols, err := t.columns(set)
-	if err != nil {
-		return err
+	if o == opDelete && t.deleted == "" {
+		return fmt.Errorf("fencing: table %s: Delete needs TableConfig.DeletedColumn (a row removed outright could be created again by a stale holder's Insert or Upsert, under an older token)", t.cfg.Name)
 	}
 	mode := t.Mode()
+	if cw != nil {
+		cw.Mode = mode
+	}
 	if mode == Off {
-		return t.plainWrite(ctx, r, keys, cols, set)
+		return t.plainWrite(ctx, r, o, keys, cols, set)
 	}
 	token, exact, err := t.tokenOf(c, keys)
+	if cw != nil {
+		t.describe(cw, c, keys, exact, token, err)
+	}
 	var bad *SignatureError
 	if errors.As(err, &bad) {
-		return t.refuse(ctx, r, mode, keys, cols, set, err)
+		return t.refuse(ctx, r, o, mode, keys, cols, set, err)
 	} else if err != nil {
 		return err
 	}
 	if exact != nil {
 		if err := t.checkKeyTypes(ctx, r); errors.As(err, &bad) {
-			return t.refuse(ctx, r, mode, keys, cols, set, err)
+			return t.refuse(ctx, r, o, mode, keys, cols, set, err)
 		} else if err != nil {
 			return err
 		}
@@ -310,125 +450,167 @@ func (t *Table) update(ctx context.Context, r Runner, c credential, key any, set
 		limit.Max = maxBigint
 	}
 	if err := limit.Check(t.cfg.Name, 0, token); err != nil {
-		return t.refuse(ctx, r, mode, keys, cols, set, err)
+		return t.refuse(ctx, r, o, mode, keys, cols, set, err)
 	}
-	q := &query{d: t.cfg.Dialect}
-	q.text("UPDATE ", t.name, " SET ")
-	for _, c := range cols {
-		q.text(c.quoted, " = ").arg(set[c.name]).text(", ")
-	}
-	q.text(t.fence, " = ").arg(int64(token))
-	t.where(q, keys)
-	t.whereExact(q, exact)
-	q.text(" AND ", t.fence, " <= ").arg(int64(token))
-	if limit.MaxJump != 0 && token > limit.MaxJump {
-		// Not far above the fence, unless no token has written the row yet.
-		q.text(" AND (", t.fence, " = 0 OR ", t.fence, " >= ").arg(int64(token - limit.MaxJump)).text(")")
-	}
-	var stored int64
+	q := t.statement(o, &token, keys, exact, cols, set, limit.MaxJump)
+	var (
+		stored         Token
+		deleted, found bool
+	)
 	for attempt := 0; ; attempt++ {
 		n, err := r.Exec(ctx, q.sql.String(), q.args...)
 		if err != nil {
-			return fmt.Errorf("fencing: update %s: %w", t.cfg.Name, err)
+			return fmt.Errorf("fencing: %s %s: %w", o, t.cfg.Name, err)
 		}
-		if n > 0 {
+		if n > 0 && !(t.cfg.Dialect == MySQL && n == 1 && o.inserts()) {
 			return nil
 		}
-		// Nothing changed: no row, or a newer token. The fence only grows,
-		// so reading it now (a locking read: the newest committed value,
-		// also inside the caller's transaction) tells which.
-		var found bool
-		if stored, found, err = t.storedFence(ctx, r, keys); err != nil {
+		if n == 1 {
+			return t.newRow(ctx, r, o, keys)
+		}
+		// Nothing changed (or, above, maybe nothing): no row, a newer
+		// token, a live row for Insert, a tombstone for Update. The fence
+		// only grows, so reading it now (a locking read: the newest
+		// committed value, also inside the caller's transaction) tells which.
+		if stored, deleted, found, err = t.storedFence(ctx, r, keys); err != nil {
 			return err
 		}
-		if !found {
+		if !found && !o.inserts() {
 			return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
 		}
-		if exact != nil {
-			if err := t.checkExact(ctx, r, keys, exact); errors.As(err, &bad) {
-				return t.refuse(ctx, r, mode, keys, cols, set, err)
-			} else if err != nil {
-				return err
+		if !found && t.cfg.Dialect == MySQL {
+			return fmt.Errorf("fencing: %s %s: nothing written, and no row has key %v: a unique index other than the key holds one of its values (ON DUPLICATE KEY UPDATE fires on any unique index), or the row was removed meanwhile", o, t.cfg.Name, keys)
+		}
+		if found {
+			if exact != nil {
+				if err := t.checkExact(ctx, r, keys, exact); errors.As(err, &bad) {
+					return t.refuse(ctx, r, o, mode, keys, cols, set, err)
+				} else if err != nil {
+					return err
+				}
+			}
+			if stored > token {
+				break
+			}
+			if err := limit.Check(t.cfg.Name, stored, token); err != nil {
+				return t.refuse(ctx, r, o, mode, keys, cols, set, err)
+			}
+			if o == opUpdate && deleted {
+				return fmt.Errorf("%w in %s with key %v (deleted: a tombstone)", ErrNoRow, t.cfg.Name, keys)
+			}
+			if t.cfg.Dialect == MySQL && stored == token && deleted == (o == opDelete) && o != opInsert {
+				// MySQL counts changed rows, not matched ones (the driver does not
+				// set CLIENT_FOUND_ROWS unless the DSN asks): this was an identical
+				// rewrite. Only the newest committed fence may say so; a snapshot
+				// read would say it for a row a newer holder has written since.
+				return nil
+			}
+			if o == opInsert && !deleted {
+				return fmt.Errorf("%w in %s with key %v (written with token %d; Update or Upsert it)", ErrExists, t.cfg.Name, keys, stored)
 			}
 		}
-		if Token(stored) > token {
-			break
-		}
-		if err := limit.Check(t.cfg.Name, Token(stored), token); err != nil {
-			return t.refuse(ctx, r, mode, keys, cols, set, err)
-		}
-		if Token(stored) == token && t.cfg.Dialect == MySQL {
-			// MySQL counts changed rows, not matched ones (the driver does not
-			// set CLIENT_FOUND_ROWS unless the DSN asks): this was an identical
-			// rewrite. Only the newest committed fence may say so; a snapshot
-			// read would say it for a row a newer holder has written since.
-			return nil
-		}
 		if attempt == 2 {
-			return fmt.Errorf("fencing: update %s: the row with key %v kept changing under the write; retry", t.cfg.Name, keys)
+			return fmt.Errorf("fencing: %s %s: the row with key %v kept changing under the write; retry", o, t.cfg.Name, keys)
 		}
-		// The row appeared between the two statements: write again.
+		// The row appeared, vanished or moved on between the two statements: write again.
 	}
-	stale := &StaleError{Resource: t.cfg.Name, Offered: token, Highest: Token(stored)}
+	stale := &StaleError{Resource: t.cfg.Name, Offered: token, Highest: stored}
+	if cw != nil {
+		cw.Stale = stale
+	}
 	if t.cfg.Observer != nil {
-		t.cfg.Observer.Stale(t.cfg.Name, mode, token, Token(stored))
+		t.cfg.Observer.Stale(t.cfg.Name, mode, token, stored)
 	}
 	if mode == Enforce {
 		return stale
 	}
 	t.cfg.Logger.Warn("fencing (observe mode): letting through a write that enforce mode would refuse",
-		"table", t.cfg.Name, "key", keys, "offered", token, "highest", stored)
-	return t.plainWrite(ctx, r, keys, cols, set)
+		"table", t.cfg.Name, "op", o.String(), "key", keys, "offered", token, "highest", stored)
+	return t.plainWrite(ctx, r, o, keys, cols, set)
 }
 
 // refuse handles a token above the limit or a refused signature: Enforce
 // returns err; Observe logs it and writes without recording the token, so
 // the fence column is never raised past every real token.
-func (t *Table) refuse(ctx context.Context, r Runner, mode Mode, keys []any, cols []column, set map[string]any, err error) error {
+func (t *Table) refuse(ctx context.Context, r Runner, o op, mode Mode, keys []any, cols []column, set map[string]any, err error) error {
 	observeRefusal(t.cfg.Observer, t.cfg.Name, mode, err)
 	if mode == Enforce {
 		return err
 	}
 	t.cfg.Logger.Warn("fencing (observe mode): letting through a write that enforce mode would refuse, without recording its token",
-		"table", t.cfg.Name, "key", keys, "error", err)
-	return t.plainWrite(ctx, r, keys, cols, set)
+		"table", t.cfg.Name, "op", o.String(), "key", keys, "error", err)
+	return t.plainWrite(ctx, r, o, keys, cols, set)
 }
 
 // plainWrite writes without looking at the fence column.
-func (t *Table) plainWrite(ctx context.Context, r Runner, keys []any, cols []column, set map[string]any) error {
-	if len(cols) == 0 {
+func (t *Table) plainWrite(ctx context.Context, r Runner, o op, keys []any, cols []column, set map[string]any) error {
+	if o == opUpdate && len(cols) == 0 {
 		return nil
 	}
-	q := &query{d: t.cfg.Dialect}
-	q.text("UPDATE ", t.name, " SET ")
-	for i, c := range cols {
-		if i > 0 {
-			q.text(", ")
-		}
-		q.text(c.quoted, " = ").arg(set[c.name])
-	}
-	t.where(q, keys)
+	q := t.statement(o, nil, keys, nil, cols, set, 0)
 	n, err := r.Exec(ctx, q.sql.String(), q.args...)
 	if err != nil {
-		return fmt.Errorf("fencing: update %s: %w", t.cfg.Name, err)
+		return fmt.Errorf("fencing: %s %s: %w", o, t.cfg.Name, err)
 	}
-	if n == 0 {
-		if found, err := t.rowExists(ctx, r, keys, nil); err != nil {
-			return err
-		} else if !found {
-			return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
-		}
+	switch {
+	case n == 1 && o == opInsert && t.cfg.Dialect == MySQL:
+		return t.newRow(ctx, r, o, keys)
+	case n > 0 || o == opUpsert:
+		return nil
+	case o == opInsert:
+		return fmt.Errorf("%w in %s with key %v (Update or Upsert it)", ErrExists, t.cfg.Name, keys)
+	}
+	// Zero rows: none, or (MySQL) an identical rewrite.
+	if found, err := t.rowExists(ctx, r, keys, nil, o == opUpdate); err != nil {
+		return err
+	} else if !found {
+		return fmt.Errorf("%w in %s with key %v", ErrNoRow, t.cfg.Name, keys)
 	}
 	return nil
 }
 
+// newRow returns nil if o's INSERT … ON DUPLICATE KEY UPDATE on MySQL,
+// which counted 1 row, added the row with this key, and an error if that
+// cannot be known. MySQL counts 1 for a new row, 2 for an updated one and
+// 0 for one left alone, or 1 for that too if the DSN sets clientFoundRows:
+// then, and only then, a statement that changes nothing counts the row it
+// found.
+func (t *Table) newRow(ctx context.Context, r Runner, o op, keys []any) error {
+	if foundRows, err := t.countsFoundRows(ctx, r, keys); err != nil {
+		return err
+	} else if foundRows {
+		return fmt.Errorf("fencing: %s %s: the MySQL connection counts the rows a statement finds, not the ones it changes (the DSN sets clientFoundRows), so a refused write looks like a new row: the row with key %v may or may not have been written; drop clientFoundRows", o, t.cfg.Name, keys)
+	}
+	return nil
+}
+
+// countsFoundRows reports whether r's connection counts the rows a
+// statement found rather than the ones it changed (MySQL's
+// CLIENT_FOUND_ROWS, the DSN's clientFoundRows), by an UPDATE that
+// changes nothing on the row with this key, which must exist: it sets
+// the first key column to itself (in Off mode the fence column may not
+// exist yet).
+func (t *Table) countsFoundRows(ctx context.Context, r Runner, keys []any) (bool, error) {
+	q := &query{d: t.cfg.Dialect}
+	q.text("UPDATE ", t.name, " SET ", t.key[0], " = ", t.key[0])
+	t.where(q, keys)
+	n, err := r.Exec(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return false, fmt.Errorf("fencing: read %s: %w", t.cfg.Name, err)
+	}
+	return n > 0, nil
+}
+
 // rowExists reports whether a row has this key (and, with exact, a stored
-// key that reads exactly so).
-func (t *Table) rowExists(ctx context.Context, r Runner, keys []any, exact []string) (bool, error) {
+// key that reads exactly so; with live, is not a tombstone).
+func (t *Table) rowExists(ctx context.Context, r Runner, keys []any, exact []string, live bool) (bool, error) {
 	q := &query{d: t.cfg.Dialect}
 	q.text("SELECT 1 FROM ", t.name)
 	t.where(q, keys)
 	t.whereExact(q, exact)
+	if live && t.deleted != "" {
+		q.text(" AND ", t.deleted, " = 0")
+	}
 	_, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...)
 	if err != nil {
 		return false, fmt.Errorf("fencing: read %s: %w", t.cfg.Name, err)
@@ -436,19 +618,28 @@ func (t *Table) rowExists(ctx context.Context, r Runner, keys []any, exact []str
 	return found, nil
 }
 
-// storedFence reads the row's fence with a locking read, so that inside the
-// caller's transaction it sees the newest committed value, not the
-// transaction's snapshot (see Dialect.lockRead).
-func (t *Table) storedFence(ctx context.Context, r Runner, keys []any) (int64, bool, error) {
+// storedFence reads the row's fence, and whether it is a tombstone, with a
+// locking read, so that inside the caller's transaction it sees the newest
+// committed values, not the transaction's snapshot (see Dialect.lockRead).
+func (t *Table) storedFence(ctx context.Context, r Runner, keys []any) (fence Token, deleted, found bool, err error) {
 	q := &query{d: t.cfg.Dialect}
-	q.text("SELECT ", t.fence, " FROM ", t.name)
+	if t.deleted == "" {
+		q.text("SELECT ", t.fence)
+	} else {
+		// One column for both: a tombstone's fence f reads as -1-f (< 0).
+		q.text("SELECT CASE WHEN ", t.deleted, " <> 0 THEN -1 - ", t.fence, " ELSE ", t.fence, " END")
+	}
+	q.text(" FROM ", t.name)
 	t.where(q, keys)
 	q.text(t.cfg.Dialect.lockRead)
 	v, found, err := r.QueryInt64(ctx, q.sql.String(), q.args...)
 	if err != nil {
-		return 0, false, fmt.Errorf("fencing: read %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
+		return 0, false, false, fmt.Errorf("fencing: read %s.%s: %w", t.cfg.Name, t.cfg.FenceColumn, err)
 	}
-	return v, found, nil
+	if v < 0 {
+		return Token(-1 - v), true, found, nil
+	}
+	return Token(v), false, found, nil
 }
 
 // whereExact adds, for a signed write, that the row's stored key reads
@@ -493,7 +684,7 @@ func (t *Table) checkKeyTypes(ctx context.Context, r Runner) error {
 // checkExact tells a row whose stored key reads otherwise than exact (so
 // a signed write did not match it) from a stale write.
 func (t *Table) checkExact(ctx context.Context, r Runner, keys []any, exact []string) error {
-	found, err := t.rowExists(ctx, r, keys, exact)
+	found, err := t.rowExists(ctx, r, keys, exact, false)
 	if err != nil {
 		return err
 	}
@@ -523,17 +714,42 @@ func (t *Table) keyValues(key any) ([]any, error) {
 	if len(keys) != len(t.key) {
 		return nil, fmt.Errorf("fencing: table %s has %d key column(s), got %d value(s)", t.cfg.Name, len(t.key), len(keys))
 	}
+	if i := slices.Index(keys, nil); i >= 0 {
+		// NULL equals no key; SQLite would even insert it, as a new row each time.
+		return nil, fmt.Errorf("fencing: table %s: key column %s is nil (NULL: it selects no row)", t.cfg.Name, t.cfg.Key[i])
+	}
 	return keys, nil
 }
 
 type column struct{ name, quoted string }
 
+// keysAndColumns checks a write's key (keyValues) and columns (columns).
+func (t *Table) keysAndColumns(key any, set map[string]any) ([]any, []column, error) {
+	keys, err := t.keyValues(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cols, err := t.columns(set)
+	return keys, cols, err
+}
+
+// sameColumn reports whether a column name (not "") names column a.
+// Names compare without regard to case: MySQL and SQLite match column
+// names so, quoted or not ("FENCE" is the fence column there).
+func sameColumn(a string) func(string) bool {
+	return func(b string) bool { return b != "" && strings.EqualFold(a, b) }
+}
+
 // columns checks and orders set's columns (sorted, so statements are stable).
 func (t *Table) columns(set map[string]any) ([]column, error) {
 	var cols []column
 	for _, name := range slices.Sorted(maps.Keys(set)) {
-		if name == t.cfg.FenceColumn || slices.Contains(t.cfg.Key, name) {
+		is := sameColumn(name)
+		if is(t.cfg.FenceColumn) || slices.ContainsFunc(t.cfg.Key, is) {
 			return nil, fmt.Errorf("fencing: do not set %q yourself: the key selects the row and the token sets the fence", name)
+		}
+		if is(t.cfg.DeletedColumn) || is(t.cfg.VersionColumn) {
+			return nil, fmt.Errorf("fencing: do not set %q yourself: Delete marks tombstones and every write adds one to the version", name)
 		}
 		q, err := t.cfg.Dialect.quote(name)
 		if err != nil {
@@ -606,14 +822,23 @@ func RunTx(commit, rollback func() error, body func() error) (err error) {
 }
 
 // EnsureColumn adds the fence column (BIGINT NOT NULL DEFAULT 0) if the table
-// lacks it. It is idempotent and safe to run at every start.
+// lacks it, and so the DeletedColumn and VersionColumn if configured. It is
+// idempotent and safe to run at every start.
 func (t *Table) EnsureColumn(ctx context.Context, db DB) error {
 	return t.EnsureColumnVia(ctx, sqlRunner{db})
 }
 
 // EnsureColumnVia is EnsureColumn through any Runner.
 func (t *Table) EnsureColumnVia(ctx context.Context, r Runner) error {
-	return addColumn(ctx, r, t.cfg.Dialect, t.cfg.Name, t.name, t.cfg.FenceColumn, t.fence)
+	for _, c := range [][2]string{{t.cfg.FenceColumn, t.fence}, {t.cfg.DeletedColumn, t.deleted}, {t.cfg.VersionColumn, t.version}} {
+		if c[0] == "" {
+			continue
+		}
+		if err := addColumn(ctx, r, t.cfg.Dialect, t.cfg.Name, t.name, c[0], c[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // splitName splits a table's name into its schema ("" if unqualified)

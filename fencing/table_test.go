@@ -58,6 +58,14 @@ func forEachDB(t *testing.T, fn func(t *testing.T, db dbtest.DB)) {
 	}
 }
 
+// forEachDBAndFoundRows is forEachDB, then MySQL again with clientFoundRows
+// in its DSN (dbtest.MySQLFoundRows), for code whose outcome must not
+// depend on what MySQL counts as affected rows.
+func forEachDBAndFoundRows(t *testing.T, fn func(t *testing.T, db dbtest.DB)) {
+	forEachDB(t, fn)
+	t.Run("mysql_clientFoundRows", func(t *testing.T) { fn(t, dbtest.MySQLFoundRows()) })
+}
+
 func TestGuardedUpdate(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db dbtest.DB) {
 		h, tbl, name := setup(t, db)

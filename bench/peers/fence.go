@@ -83,6 +83,9 @@ type FenceOptions struct {
 	TLS bool
 	// Signed: every member has a token key, so every grant is signed.
 	Signed bool
+	// Relock: the lock-and-release loops relock (peerbench sets
+	// bench.Config.Relock from it); the cluster serves as without.
+	Relock bool
 }
 
 // StartFence starts nodes on 127.0.0.1 (gRPC basePort+10i, metrics +1,

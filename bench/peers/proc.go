@@ -1,5 +1,6 @@
 // Package peers runs the systems fence is compared with — a 3-member etcd
-// cluster and Redis — and fence itself, as real processes on 127.0.0.1,
+// cluster, Redis and a 3-server ZooKeeper ensemble — and fence itself, as
+// real processes on 127.0.0.1,
 // and adapts each to internal/bench's Target so all run the same loops.
 package peers
 

@@ -3,6 +3,9 @@
 //
 //	totals, _ := fencing.NewTable(fencing.TableConfig{Dialect: fencing.Postgres, Name: "totals", Key: []string{"restaurant_id"}})
 //	err := fencingpgx.Update(ctx, pool, totals, token, 77, map[string]any{"amount": 42000})
+//
+// LockInTx and LockInSession take package dblock's plain advisory locks
+// through pgx, and Runner(tx) lets dblock.LockRow lock a row in a pgx.Tx.
 package fencingpgx
 
 import (
@@ -12,8 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/fencing/dblock"
 )
 
 // DB is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
@@ -67,6 +72,43 @@ func InTx(ctx context.Context, db Beginner, t *fencing.Table, token fencing.Toke
 // (see fencing.Table.UpdateSigned).
 func InTxSigned(ctx context.Context, db Beginner, t *fencing.Table, signed string, key any, fn func(tx pgx.Tx) error) error {
 	return inTx(ctx, db, func(tx pgx.Tx) error { return t.UpdateSigned(ctx, runner{tx}, signed, key, nil) }, fn)
+}
+
+// LockInTx is dblock.InTx through pgx: in a transaction of db, set
+// lock_timeout and idle_in_transaction_session_timeout (SET LOCAL), take
+// transaction-scoped advisory locks on names in ascending key order, run
+// fn; commit if fn returns nil, roll back otherwise. The locks end with the
+// transaction. Failures match dblock's errors (ErrLockTimeout,
+// ErrNotAvailable, ErrDeadlock, ErrIdleTimeout, ErrBadInput).
+func LockInTx(ctx context.Context, db Beginner, o dblock.Options, names []string, fn func(tx pgx.Tx) error) error {
+	err := inTx(ctx, db, func(tx pgx.Tx) error { return dblock.LockTx(ctx, runner{tx}, o, names) }, fn)
+	// LockTx's errors are typed already; a 55P03 of fn's own statements is
+	// left as it is (only fn knows whether it used NOWAIT), an idle
+	// timeout (25P03) is typed.
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "55P03" {
+		return err
+	}
+	return dblock.Classify(err, dblock.Block)
+}
+
+// LockInSession is dblock.InSession through pgx: on one connection
+// acquired from pool, take session-scoped advisory locks on names
+// (dblock.LockSession), run fn, unlock. If locking or unlocking fails (or fn
+// panics) the connection is closed, not returned to the pool, so its locks
+// end with it. fn must not release or close conn.
+func LockInSession(ctx context.Context, pool *pgxpool.Pool, o dblock.Options, names []string, fn func(conn *pgx.Conn) error) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("dblock: connection: %w", err)
+	}
+	return dblock.WithSession(ctx, runner{c.Conn()}, o, names, func() error { return fn(c.Conn()) }, func(discard bool) {
+		if discard {
+			// Closes the server connection, which releases its locks; the
+			// pool destroys a closed connection on Release.
+			c.Conn().Close(context.WithoutCancel(ctx))
+		}
+		c.Release()
+	})
 }
 
 // inTx runs claim, then fn, in one transaction.

@@ -160,3 +160,62 @@ func TestPgxStaleInCallersTx(t *testing.T) {
 		})
 	}
 }
+
+// TestPgxUpsertDelete: Insert, Upsert, Delete and CompareAndSet through
+// pgx (its command tags count the rows), in a pool and in a pgx
+// transaction.
+func TestPgxUpsertDelete(t *testing.T) {
+	_, h, pool := open(t)
+	ctx := context.Background()
+	name := dbtest.Table(t, h)
+	if _, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id BIGINT PRIMARY KEY, amount BIGINT NOT NULL)", name)); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := fencing.NewTable(fencing.TableConfig{Dialect: fencing.Postgres, Name: name, Key: []string{"id"}, DeletedColumn: "deleted", VersionColumn: "version"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fencingpgx.EnsureColumn(ctx, pool, tbl); err != nil {
+		t.Fatal(err)
+	}
+	r := fencingpgx.Runner(pool)
+	row := func() string {
+		var amount, fence, deleted, version int64
+		if err := pool.QueryRow(ctx, fmt.Sprintf("SELECT amount, fence, deleted, version FROM %s WHERE id = 1", name)).Scan(&amount, &fence, &deleted, &version); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("amount=%d fence=%d deleted=%d version=%d", amount, fence, deleted, version)
+	}
+	if err := tbl.InsertVia(ctx, r, 5, 1, map[string]any{"amount": 50}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.InsertVia(ctx, r, 5, 1, map[string]any{"amount": 51}); !errors.Is(err, fencing.ErrExists) {
+		t.Fatalf("insert over a row: %v", err)
+	}
+	if err := tbl.UpsertVia(ctx, r, 4, 1, map[string]any{"amount": 40}); !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("stale upsert: %v", err)
+	}
+	if err := tbl.CompareAndSetVia(ctx, r, 1, 0, map[string]any{"amount": 55}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := tbl.UpsertVia(ctx, fencingpgx.Runner(tx), 6, 1, map[string]any{"amount": 60}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.DeleteVia(ctx, fencingpgx.Runner(tx), 7, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.UpsertVia(ctx, r, 6, 1, map[string]any{"amount": 1}); !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("upsert after a newer delete: %v", err)
+	}
+	if got, want := row(), "amount=60 fence=7 deleted=1 version=3"; got != want {
+		t.Fatalf("row %s, want %s", got, want)
+	}
+}

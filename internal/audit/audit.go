@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencehq/fence/internal/fsm"
 )
 
@@ -59,6 +61,25 @@ type Event struct {
 	Lock string `json:"lock,omitempty"`
 	// Token is the grant's token (granted, released).
 	Token uint64 `json:"token,omitempty"`
+	// Slot is a semaphore permit's slot, Shared a read-write lock reader's
+	// grant (granted, released).
+	Slot   uint32 `json:"slot,omitempty"`
+	Shared bool   `json:"shared,omitempty"`
+	// TraceID is the W3C trace id (32 hex digits) of the traced call whose
+	// command caused the change, on the line of the member that proposed
+	// it (the leader that took the call) only: the raft log does not carry
+	// it, so the other members, and this one replaying its log, leave it
+	// out. A grant handed on to a waiter carries the trace of the release
+	// (or expiry) that freed the lock, which caused it.
+	TraceID string `json:"trace_id,omitempty"`
+}
+
+// SameChange reports whether e and o record the same change: they agree
+// on everything but TraceID, which only the member that proposed the
+// change writes.
+func (e Event) SameChange(o Event) bool {
+	e.TraceID, o.TraceID = "", ""
+	return e == o
 }
 
 // Log appends Records as JSON lines, one write per entry, so a
@@ -99,12 +120,18 @@ func Open(path string) (*Log, error) {
 var audited = map[fsm.EventKind]bool{fsm.LeaseStarted: true, fsm.LeaseEnded: true, fsm.Granted: true, fsm.Released: true}
 
 // Entry records the audited events of one applied entry, if it has any.
-func (a *Log) Entry(index uint64, cmds []fsm.Command, results []fsm.Result) error {
+// traces, if not nil, holds the trace id of each command (zero: none).
+func (a *Log) Entry(index uint64, cmds []fsm.Command, results []fsm.Result, traces []trace.TraceID) error {
 	rec := Record{Index: index}
 	for i := range results {
+		var traceID string
+		if i < len(traces) && traces[i].IsValid() {
+			traceID = traces[i].String()
+		}
 		for _, e := range results[i].Events {
 			if audited[e.Kind] {
-				rec.Events = append(rec.Events, Event{Kind: e.Kind.String(), Cmd: cmds[i].Kind.String(), Lease: e.Number, Lock: e.Name, Token: e.Token})
+				rec.Events = append(rec.Events, Event{Kind: e.Kind.String(), Cmd: cmds[i].Kind.String(), Lease: e.Number, Lock: e.Name, Token: e.Token,
+					Slot: e.Slot, Shared: e.Shared, TraceID: traceID})
 			}
 		}
 	}

@@ -48,6 +48,18 @@ type Config struct {
 	MaxOps   int64         // or after this many operations
 	TTL      time.Duration // of the leases the run creates
 	Window   int           // renewals in flight per stream (renew-heavy)
+	// Relock: the cycle workloads (Cycles) hold the lock between
+	// operations and take it again with one relock call (fence's
+	// Lease.Relock: release and lock again in one log entry) instead of a
+	// release and then a lock; each operation is still one grant. The
+	// target's Locker must be a Relocker (ErrUnsupported otherwise).
+	Relock bool
+}
+
+// Cycles reports whether workload locks and releases (uncontended,
+// contended, mixed): the workloads Config.Relock applies to.
+func Cycles(workload string) bool {
+	return workload == Uncontended || workload == Contended || workload == Mixed
 }
 
 // Validate checks cfg.
@@ -65,6 +77,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("TTL %v below the server's default minimum of 1s", c.TTL)
 	case c.Window < 1:
 		return fmt.Errorf("window %d must be at least 1", c.Window)
+	case c.Relock && !Cycles(c.Workload):
+		return fmt.Errorf("relock applies to the workloads that lock and release (%s, %s, %s), not %q", Uncontended, Contended, Mixed, c.Workload)
 	}
 	for _, w := range Workloads {
 		if w == c.Workload {
@@ -193,6 +207,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return r.renewals(ctx, w)
 		}
 	}
+	if cfg.Relock {
+		unit = map[string]string{Uncontended: "relock (release and lock again in one call)",
+			Contended: "handoff (a relock of the one lock)", Mixed: "relock or renewal"}[cfg.Workload]
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, cfg.Clients)
@@ -236,6 +254,14 @@ func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 		if shared {
 			name = "bench/contended"
 		}
+		if r.cfg.Relock {
+			rl, ok := lk.(Relocker)
+			if !ok {
+				return fmt.Errorf("relock: %w", ErrUnsupported)
+			}
+			r.relocks(ctx, rl, name)
+			return nil
+		}
 		for r.take(ctx) {
 			t0 := time.Now()
 			release, err := lk.Lock(ctx, name)
@@ -256,6 +282,41 @@ func (r *run) cycles(shared bool) func(ctx context.Context, w int) error {
 			r.rec.record("cycle", t2.Sub(t0))
 		}
 		return nil
+	}
+}
+
+// relocks is the cycle loop of Config.Relock: the worker takes name once
+// ("lock"), then, each operation, releases and takes it again in one call
+// ("relock"; after a failed one, a plain lock again); "cycle" is every
+// operation, one grant each. It releases the grant it holds at the end.
+func (r *run) relocks(ctx context.Context, lk Relocker, name string) {
+	var g Grant
+	for r.take(ctx) {
+		t0 := time.Now()
+		op := "lock"
+		var err error
+		if g == nil {
+			g, err = lk.Hold(ctx, name)
+		} else {
+			op = "relock"
+			g, err = g.Relock(ctx)
+		}
+		if err != nil {
+			g = nil
+			if !over(ctx) {
+				r.fail(err)
+			}
+			r.ops.Add(-1)
+			continue
+		}
+		d := time.Since(t0)
+		r.rec.record(op, d)
+		r.rec.record("cycle", d)
+	}
+	if g != nil {
+		if err := g.Release(context.WithoutCancel(ctx)); err != nil {
+			r.fail(err)
+		}
 	}
 }
 

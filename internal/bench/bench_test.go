@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/internal/locktest"
 )
 
@@ -36,6 +38,41 @@ func TestMaxOpsStopsTheRun(t *testing.T) {
 	}
 }
 
+// TestRelockWorkloads: the cycle workloads with Relock hold the lock and
+// relock it: every operation after a worker's first is a relock, each a
+// grant (the tokens grow), without errors, and the run releases what it
+// holds at the end (the contended lock is free after).
+func TestRelockWorkloads(t *testing.T) {
+	srv := locktest.Start(t)
+	addr := srv.GRPCAddr()
+	for _, w := range []string{Uncontended, Contended} {
+		t.Run(w, func(t *testing.T) {
+			res := runBounded(t, Config{Servers: []string{addr}, Workload: w, Clients: 4, Duration: time.Hour,
+				MaxOps: 200, TTL: 5 * time.Second, Window: 1, Relock: true})
+			if res.Unit == "" || !strings.Contains(res.Unit, "relock") {
+				t.Fatalf("unit %q does not say relock", res.Unit)
+			}
+			lock, relock := res.Latency["lock"].Count, res.Latency["relock"].Count
+			if res.Errors != 0 || res.Ops != 200 || lock != 4 || lock+relock != 200 || res.Latency["release"].Count != 0 {
+				t.Fatalf("%s: %d ops, %d locks, %d relocks, %d releases, %d errors (%s); want 200 ops: 4 locks, 196 relocks",
+					w, res.Ops, lock, relock, res.Latency["release"].Count, res.Errors, res.FirstErr)
+			}
+		})
+	}
+	c, err := client.Dial(context.Background(), []string{addr}, client.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(context.Background(), "bench/contended")
+	if err != nil {
+		t.Fatalf("the contended lock after the runs: %v; want it free", err)
+	}
+	if l.Token() != 401 {
+		t.Fatalf("the next grant has token %d; want 401 (the 400 operations were a grant each)", l.Token())
+	}
+}
+
 func TestConfigRefusals(t *testing.T) {
 	good := Config{Servers: []string{"x:1"}, Workload: Mixed, Clients: 1, Duration: time.Second, MaxOps: 1, TTL: time.Second, Window: 1}
 	if err := good.Validate(); err != nil {
@@ -44,6 +81,7 @@ func TestConfigRefusals(t *testing.T) {
 	for _, mutate := range []func(*Config){
 		func(c *Config) { c.Servers = nil }, func(c *Config) { c.Workload = "fast" }, func(c *Config) { c.Clients = 0 },
 		func(c *Config) { c.Duration = 0 }, func(c *Config) { c.MaxOps = 0 }, func(c *Config) { c.TTL = 0 }, func(c *Config) { c.Window = 0 },
+		func(c *Config) { c.Relock, c.Workload = true, RenewHeavy },
 	} {
 		c := good
 		mutate(&c)

@@ -44,6 +44,24 @@ type Locker interface {
 	Close() error
 }
 
+// Relocker is a Locker that can release a grant and take the same name
+// again in one call (Config.Relock).
+type Relocker interface {
+	Locker
+	// Hold blocks until name is held and returns the grant.
+	Hold(ctx context.Context, name string) (Grant, error)
+}
+
+// Grant is a lock a Relocker holds.
+type Grant interface {
+	// Relock releases the grant and blocks until the name is held again
+	// (waiters queued first are granted first), in one call; it returns the
+	// new grant. On an error no grant is held.
+	Relock(ctx context.Context) (Grant, error)
+	// Release gives the lock back.
+	Release(ctx context.Context) error
+}
+
 // Renewer renews one lease over one stream, with several renewals in flight.
 type Renewer interface {
 	// Send sends renewal seq.
@@ -125,7 +143,28 @@ func (l fenceLocker) Lock(ctx context.Context, name string) (func(context.Contex
 	return lease.Release, nil
 }
 
+// Hold takes name and returns the grant, for Config.Relock.
+func (l fenceLocker) Hold(ctx context.Context, name string) (Grant, error) {
+	lease, err := l.c.Lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return fenceGrant{lease}, nil
+}
+
 func (l fenceLocker) Close() error { return l.c.Close() }
+
+// fenceGrant is a held client.Lease.
+type fenceGrant struct{ *client.Lease }
+
+// Relock is Lease.Relock: one Acquire with release_token.
+func (g fenceGrant) Relock(ctx context.Context) (Grant, error) {
+	next, err := g.Lease.Relock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return fenceGrant{next}, nil
+}
 
 // Renewer creates a lease and opens a KeepAlive stream straight on the API
 // (full speed needs the stream itself, not the client's TTL/3 schedule), on

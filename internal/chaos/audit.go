@@ -60,7 +60,7 @@ func auditCheck(audits []nodeAudit) (grants map[uint64]serverGrant, expiries int
 				byIndex[rec.Index], from[rec.Index] = rec.Events, a.node
 				continue
 			}
-			if !slices.Equal(prev, rec.Events) {
+			if !slices.EqualFunc(prev, rec.Events, audit.Event.SameChange) {
 				vs = append(vs, Violation{Check: "replicas agree", Detail: fmt.Sprintf(
 					"index %d: %s applied %v but %s applied %v", rec.Index, from[rec.Index], prev, a.node, rec.Events)})
 			}
@@ -72,8 +72,15 @@ func auditCheck(audits []nodeAudit) (grants map[uint64]serverGrant, expiries int
 	}
 	slices.Sort(indexes)
 
-	type lockState struct{ lease, token uint64 }
-	locks := map[string]lockState{}
+	// A lock's grants held, by token: a mutex has at most one; a
+	// semaphore's grants each hold their own slot; a read-write lock's
+	// readers share slot 0, where a writer holds it alone.
+	type grantState struct {
+		lease  uint64
+		slot   uint32
+		shared bool
+	}
+	locks := map[string]map[uint64]grantState{}
 	live := map[uint64]bool{}  // leases started and not ended
 	ended := map[uint64]bool{} // leases seen ending
 	holds := map[uint64]int{}  // locks held per lease
@@ -103,22 +110,28 @@ func auditCheck(audits []nodeAudit) (grants map[uint64]serverGrant, expiries int
 				case !live[e.Lease] && ended[e.Lease]:
 					bad("grant only to a live lease", i, "%s granted (token %d) to lease %d, which had already ended", e.Lock, e.Token, e.Lease)
 				}
-				if cur, held := locks[e.Lock]; held {
-					bad("one holder at a time", i, "%s granted to lease %d (token %d) while lease %d held it (token %d)", e.Lock, e.Lease, e.Token, cur.lease, cur.token)
+				for tok, cur := range locks[e.Lock] {
+					if cur.slot == e.Slot && !(cur.shared && e.Shared) {
+						bad("one holder at a time", i, "%s granted to lease %d (token %d, slot %d, shared %v) while lease %d held it (token %d, shared %v)",
+							e.Lock, e.Lease, e.Token, e.Slot, e.Shared, cur.lease, tok, cur.shared)
+					}
 				}
 				if e.Token <= maxToken {
 					bad("tokens only grow", i, "%s granted token %d after token %d had been granted", e.Lock, e.Token, maxToken)
 				}
 				maxToken = max(maxToken, e.Token)
-				locks[e.Lock] = lockState{e.Lease, e.Token}
+				if locks[e.Lock] == nil {
+					locks[e.Lock] = map[uint64]grantState{}
+				}
+				locks[e.Lock][e.Token] = grantState{e.Lease, e.Slot, e.Shared}
 				holds[e.Lease]++
 				grants[e.Token] = serverGrant{index: i, lock: e.Lock, lease: e.Lease, token: e.Token}
 			case "released":
-				cur, held := locks[e.Lock]
-				if !held || cur.lease != e.Lease || cur.token != e.Token {
-					bad("only the holder releases", i, "%s released by lease %d token %d; holder was %+v", e.Lock, e.Lease, e.Token, cur)
+				cur, held := locks[e.Lock][e.Token]
+				if !held || cur.lease != e.Lease {
+					bad("only the holder releases", i, "%s released by lease %d token %d; it held %+v", e.Lock, e.Lease, e.Token, locks[e.Lock])
 				}
-				delete(locks, e.Lock)
+				delete(locks[e.Lock], e.Token)
 				holds[e.Lease]--
 			}
 		}

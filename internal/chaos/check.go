@@ -53,6 +53,16 @@ func check(ops []*Op, audits []nodeAudit, ttls map[uint64]time.Duration, outDir 
 			r.StaleRefused.Serialization++
 		case o.Outcome == Stale && o.Kind == "kvput":
 			r.StaleRefused.KV++
+		case o.Kind == "campaign" && o.Outcome == OK:
+			r.Terms++
+		case o.Kind == "macquire" && o.Outcome == OK && o.Shared:
+			r.ModeGrants.Shared++
+		case o.Kind == "macquire" && o.Outcome == OK && o.Permits > 1:
+			r.ModeGrants.Permits++
+		case o.Kind == "macquire" && o.Outcome == OK:
+			r.ModeGrants.Exclusive++
+		case o.Kind == "proclaim" && o.Outcome == Stale:
+			r.Deposed++
 		}
 		if o.Kind == "write" && o.Outcome == OK {
 			r.Writes[o.Store+map[bool]string{true: " in tx", false: ""}[o.Tx]]++
@@ -91,6 +101,9 @@ func check(ops []*Op, audits []nodeAudit, ttls map[uint64]time.Duration, outDir 
 		r.add(r.linearizable(st+" rows", histcheck.FencedKV, registerHistory(ops, st, "claim", "read", "write"), outDir)...)
 	}
 	r.add(r.linearizable("fenced key-value", histcheck.FencedKV, registerHistory(ops, "", "", "kvget", "kvput"), outDir)...)
+	r.add(r.linearizable("elections", histcheck.Elections.ToModel(), electionHistory(ops), outDir)...)
+	r.add(r.linearizable("semaphores and read-write locks", histcheck.Modes.ToModel(), modeHistory(ops), outDir)...)
+	r.add(modeWindows(ops)...)
 	if len(r.Violations) == 0 {
 		r.Violations = []Violation{}
 	}
@@ -331,6 +344,95 @@ func lockHistory(ops []*Op) *history {
 		case "status":
 			h.add(o, histcheck.LockInput{Name: o.Lock, Op: histcheck.Status}, histcheck.LockOutput{Unknown: unknown, Token: o.Token})
 		}
+	}
+	return h
+}
+
+// modeHistory maps the semaphore and read-write lock operations onto the
+// modes model.
+func modeHistory(ops []*Op) *history {
+	h := &history{}
+	for _, o := range ops {
+		in := histcheck.ModeInput{Name: o.Lock, Permits: o.Permits, Shared: o.Shared}
+		out := histcheck.ModeOutput{Unknown: o.Open(), OK: o.Outcome == OK}
+		switch o.Kind {
+		case "macquire":
+			in.Op, out.Grant = histcheck.Acquire, histcheck.Grant{Token: o.Token, Slot: o.Slot, Shared: o.Shared}
+		case "mrelease":
+			in.Op, in.Token = histcheck.Release, o.Token
+		default:
+			continue
+		}
+		h.add(o, in, out)
+	}
+	return h
+}
+
+// modeWindows: no two workers believed they held one permit of the
+// semaphore (one slot) at the same time, and nobody believed they read the
+// read-write lock while a writer believed it held it (windows as in
+// windows: from the grant's return to the deadline the worker last saw, or
+// to its release call).
+func modeWindows(ops []*Op) []Violation {
+	type modeWindow struct {
+		window
+		slot   int
+		shared bool
+	}
+	byGrant := map[string]*modeWindow{}
+	var ws []*modeWindow
+	key := func(o *Op) string { return o.Lock + "/" + strconv.FormatUint(o.Token, 10) }
+	for _, o := range ops {
+		if o.Kind == "macquire" && o.Outcome == OK {
+			w := &modeWindow{window: window{lock: o.Lock, token: o.Token, start: o.Return, end: o.ValidUntil, ops: []*Op{o}}, slot: o.Slot, shared: o.Shared}
+			byGrant[key(o)] = w
+			ws = append(ws, w)
+		}
+	}
+	for _, o := range ops {
+		if w := byGrant[key(o)]; w != nil && o.Kind == "mrelease" {
+			w.end = min(w.end, o.Call)
+			w.ops = append(w.ops, o)
+		}
+	}
+	var vs []Violation
+	for i, a := range ws {
+		for _, b := range ws[i+1:] {
+			if a.lock != b.lock || a.start >= b.end || b.start >= a.end || a.end <= a.start || b.end <= b.start {
+				continue
+			}
+			if (a.shared && b.shared) || (a.lock == SemaphoreName && a.slot != b.slot) {
+				continue // readers beside readers, permits in different slots
+			}
+			vs = append(vs, Violation{Check: "validity windows of one permit, or of a writer, never overlap",
+				Detail: fmt.Sprintf("%s: token %d (slot %d, shared %v) believed valid %.3fs–%.3fs, token %d (slot %d, shared %v) %.3fs–%.3fs",
+					a.lock, a.token, a.slot, a.shared, sec(a.start), sec(a.end), b.token, b.slot, b.shared, sec(b.start), sec(b.end)),
+				Ops: append(append([]*Op(nil), a.ops...), b.ops...)})
+		}
+	}
+	return vs
+}
+
+// electionHistory maps the election operations (the workers' and the
+// replayed proclaims) onto the election model.
+func electionHistory(ops []*Op) *history {
+	h := &history{}
+	ops2 := map[string]histcheck.ElectionOp{"campaign": histcheck.Campaign, "proclaim": histcheck.Proclaim,
+		"resign": histcheck.Resign, "leader": histcheck.ReadLeader}
+	for _, o := range ops {
+		op, ok := ops2[o.Kind]
+		if !ok {
+			continue
+		}
+		in := histcheck.ElectionInput{Name: o.Lock, Op: op, Value: o.Value, Token: o.Token}
+		out := histcheck.ElectionOutput{Unknown: o.Open(), OK: o.Outcome == OK, Deposed: o.Outcome == Stale}
+		switch op {
+		case histcheck.Campaign:
+			in.Token, out.Token = 0, o.Token
+		case histcheck.ReadLeader:
+			in.Value, in.Token, out.Value, out.Token = "", 0, o.Value, o.Token
+		}
+		h.add(o, in, out)
 	}
 	return h
 }

@@ -39,7 +39,12 @@ type Config struct {
 	// Fencing false is the control run: workers write the row without the
 	// token check, and the checks must find lost updates.
 	Fencing bool
-	Faults  []string // default AllFaults
+	// LocksOnly keeps the workers on the locked rows (no elections,
+	// semaphores or read-write locks): for the control run and the
+	// planted-bug runs, whose evidence (lost updates, overlapping
+	// windows) comes from the rows, so every iteration should be one.
+	LocksOnly bool
+	Faults    []string // default AllFaults
 	// FenceBinary is the fence executable the servers run.
 	FenceBinary string
 	// WorkerCommand starts a worker: the harness adds WorkerEnv to its
@@ -189,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range cfg.Workers {
 		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.proxy.addrs, TLS: h.certs.client, TokenPub: h.certs.tokenPub(), PostgresURL: cfg.PostgresURL,
 			MySQLURL: cfg.MySQLURL, Stores: cfg.Stores, TTLs: TTLModes[i%len(TTLModes)],
-			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing,
+			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing, LocksOnly: cfg.LocksOnly,
 			History: filepath.Join(cfg.OutDir, fmt.Sprintf("w%d.history", i+1)), Seed: cfg.Seed*1000 + uint64(i)}}
 		if err := h.startWorker(w, 0); err != nil {
 			return nil, err
@@ -237,6 +242,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	replays, acted := rp.result()
+	ops = append(ops, rp.proclaims()...)
+	byCall(ops)
 	r := check(ops, audits, h.proxy.leaseTTLs(), cfg.OutDir)
 	r.add(acted...)
 	r.Replays = replays

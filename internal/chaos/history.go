@@ -48,6 +48,12 @@ type Op struct {
 	Tx    bool   `json:"tx,omitempty"`
 	// Highest is the token a stale write was refused for.
 	Highest uint64 `json:"highest,omitempty"`
+	// Permits, Slot and Shared describe a grant of a semaphore or a
+	// read-write lock (macquire, mrelease): the lock's permit count, the
+	// permit's slot, a reader's grant.
+	Permits int  `json:"permits,omitempty"`
+	Slot    int  `json:"slot,omitempty"`
+	Shared  bool `json:"shared,omitempty"`
 	// Err explains fail and unknown.
 	Err string `json:"err,omitempty"`
 }
@@ -189,13 +195,18 @@ func loadHistories(dir string) ([]*Op, error) {
 	for _, o := range ops {
 		out = append(out, o)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Call != out[j].Call {
-			return out[i].Call < out[j].Call
-		}
-		return out[i].Client < out[j].Client || out[i].Client == out[j].Client && out[i].Seq < out[j].Seq
-	})
+	byCall(out)
 	return out, nil
+}
+
+// byCall sorts operations by call time (then client and sequence).
+func byCall(ops []*Op) {
+	sort.Slice(ops, func(i, j int) bool {
+		if ops[i].Call != ops[j].Call {
+			return ops[i].Call < ops[j].Call
+		}
+		return ops[i].Client < ops[j].Client || ops[i].Client == ops[j].Client && ops[i].Seq < ops[j].Seq
+	})
 }
 
 // readLines calls fn for each complete line of the file; a torn last line

@@ -66,6 +66,7 @@ type replayer struct {
 	firstOK map[string][]byte // guarded by mu; request id → the OK answer the worker got
 	acted   []Violation       // guarded by mu
 	unseen  []unseenReplay    // guarded by mu
+	puts    []*Op             // guarded by mu; replays of Puts to an election's key, as proclaims
 }
 
 // unseenReplay is a replay answered OK before any OK answer of its request
@@ -183,6 +184,10 @@ func (r *replayer) send(c capture, id string) {
 	method := strings.TrimPrefix(c.method, methodPrefix)
 	var resp []byte
 	var err error
+	var (
+		calls []int64 // when each attempt was sent
+		errs  []error // and its answer
+	)
 	for k := range 4 * len(r.conns) {
 		if k > 0 && k%len(r.conns) == 0 {
 			time.Sleep(500 * time.Millisecond)
@@ -190,8 +195,10 @@ func (r *replayer) send(c capture, id string) {
 		ctx, cancel := context.WithTimeout(context.Background(), r.ttl+2*time.Second)
 		req := c.req
 		resp = nil
+		calls = append(calls, Mono())
 		err = r.conns[(c.member+k)%len(r.conns)].Invoke(ctx, c.method, &req, &resp)
 		cancel()
+		errs = append(errs, err)
 		if status.Code(err) != codes.Unavailable {
 			break
 		}
@@ -221,6 +228,10 @@ func (r *replayer) send(c capture, id string) {
 	}
 	r.note("replay %s (first answered %v ago, %s): %s (%v)", method, time.Duration(Mono()-c.at).Round(time.Millisecond), first, answer, err)
 	r.mu.Lock()
+	for _, o := range replayedProclaims(c, calls, errs) {
+		o.Seq = len(r.puts) + 1
+		r.puts = append(r.puts, o)
+	}
 	r.counts.Sent++
 	r.counts.ByMethod[method]++
 	r.counts.Answers[answer]++
@@ -262,6 +273,43 @@ func sameGrant(method string, a, b []byte) bool {
 
 // wait waits for the replays in flight; call it after run returned.
 func (r *replayer) wait() { r.wg.Wait() }
+
+// replayedProclaims are a replayed Put to an election's key as the
+// proclaims it repeats (none for any other replay), one per attempt: the
+// election's history must explain their effects, as it does a worker's own
+// late duplicates. calls and errs are the attempts' send times and answers
+// (see send). An attempt answered UNAVAILABLE may have been applied (a
+// member also answers so when its leadership ended after it appended the
+// entry), at any moment after it was sent: it is an operation of unknown
+// outcome of its own, so that two attempts that both land are two points in
+// time, not one. The last attempt has the outcome its answer gives.
+func replayedProclaims(c capture, calls []int64, errs []error) []*Op {
+	var put api.PutRequest
+	if c.method != methodPut || proto.Unmarshal(c.req, &put) != nil || !isElection(put.GetKey()) {
+		return nil
+	}
+	ops := make([]*Op, len(errs))
+	for i, err := range errs {
+		o := &Op{Client: "replay", Kind: "proclaim", Lock: put.GetKey(), Token: put.GetToken(), Value: string(put.GetValue()), Call: calls[i]}
+		switch {
+		case err == nil:
+			o.Outcome, o.Return = OK, Mono()
+		case status.Code(err) == codes.FailedPrecondition:
+			o.Outcome, o.Return = Stale, Mono()
+		default: // it may have been applied
+			o.Outcome = Unknown
+		}
+		ops[i] = o
+	}
+	return ops
+}
+
+// proclaims returns the replayed proclaims (see replayedProclaims).
+func (r *replayer) proclaims() []*Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.puts
+}
 
 // result returns the counts and violations, once every replay is done. A
 // replay answered OK before the worker's own OK answer is compared now.

@@ -36,6 +36,17 @@ type Report struct {
 	// deadline check covers their holders).
 	LeaseTTLs int          `json:"lease_ttls"`
 	Replays   ReplayCounts `json:"replays"`
+	// Terms counts elections won (Campaign acknowledged); Deposed the
+	// proclaims refused because a newer term had written.
+	Terms   int `json:"terms"`
+	Deposed int `json:"deposed"`
+	// ModeGrants counts the grants of the semaphore (Permits) and of the
+	// read-write lock (Shared: readers, Exclusive: writers).
+	ModeGrants struct {
+		Permits   int `json:"permits"`
+		Shared    int `json:"shared"`
+		Exclusive int `json:"exclusive"`
+	} `json:"mode_grants"`
 	// LostUpdates counts acknowledged row increments that were overwritten.
 	LostUpdates int         `json:"lost_updates"`
 	Faults      FaultCounts `json:"faults"`
@@ -74,6 +85,8 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  row writes acknowledged %v; leases with a known TTL %d\n", r.Writes, r.LeaseTTLs)
 	fmt.Fprintf(w, "  stale writes refused: postgres %d (in tx %d, plus %d serialization failures), mysql %d (in tx %d), kv %d; lost updates %d\n",
 		s.Postgres, s.PostgresTx, s.Serialization, s.MySQL, s.MySQLTx, s.KV, r.LostUpdates)
+	fmt.Fprintf(w, "  elections: terms won %d, proclaims of deposed leaders refused %d\n", r.Terms, r.Deposed)
+	fmt.Fprintf(w, "  semaphore permits granted %d; read-write lock: readers %d, writers %d\n", r.ModeGrants.Permits, r.ModeGrants.Shared, r.ModeGrants.Exclusive)
 	for _, s := range r.Inconclusive {
 		fmt.Fprintf(w, "  INCONCLUSIVE: %s\n", s)
 	}

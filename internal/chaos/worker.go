@@ -47,9 +47,11 @@ type WorkerConfig struct {
 	// TTLs is how this worker times its leases: TTLSession, TTLShortLocks
 	// or TTLLongLocks.
 	TTLs    string
-	Fencing bool   // false: the control run writes the row without the token check
-	History string // file to append operations to
-	Seed    uint64
+	Fencing bool // false: the control run writes the row without the token check
+	// LocksOnly: no elections, semaphores or read-write locks (see Config).
+	LocksOnly bool
+	History   string // file to append operations to
+	Seed      uint64
 }
 
 // How a worker times its leases: the client's margin must follow each
@@ -286,6 +288,19 @@ func (w *worker) lockTTL() time.Duration {
 }
 
 func (w *worker) iteration() {
+	if !w.cfg.LocksOnly {
+		if w.rng.IntN(5) == 0 {
+			w.leader(electionName(w.rng.IntN(Elections)))
+		}
+		switch w.rng.IntN(10) {
+		case 0:
+			w.election()
+			return
+		case 1:
+			w.modes()
+			return
+		}
+	}
 	id := w.rng.IntN(w.cfg.Locks)
 	name := "lock-" + strconv.Itoa(id)
 	if w.rng.IntN(4) == 0 {
@@ -317,9 +332,12 @@ func (w *worker) iteration() {
 	}
 	acq.Token, acq.Lease, acq.ValidUntil, acq.Seen = l.Token(), l.LeaseNumber(), monoAt(l.Deadline()), Mono()
 	w.ret(acq, OK, nil)
-	tok := l.Token()
-	if w.critical(l, st, inTx, id, name, tok) {
-		rel := w.call("release", name, tok, "")
+	for l != nil && w.critical(l, st, inTx, id, name, l.Token()) {
+		if w.rng.IntN(4) == 0 { // a quarter of the turns take the lock again in one call
+			l = w.relock(l, name, ttl)
+			continue
+		}
+		rel := w.call("release", name, l.Token(), "")
 		switch err := w.timed(l.Release); {
 		case err == nil:
 			w.ret(rel, OK, nil)
@@ -328,7 +346,34 @@ func (w *worker) iteration() {
 		default:
 			w.ret(rel, Unknown, err)
 		}
+		return
 	}
+}
+
+// relock releases l's grant and takes the lock again in one call
+// (Lease.Relock), recorded as what it is to every check: a release of l's
+// token and an acquire, both called when the relock was (the client ends
+// the old Lease before it sends). It returns the new grant, or nil.
+func (w *worker) relock(l *client.Lease, name string, ttl time.Duration) *client.Lease {
+	rel := w.call("release", name, l.Token(), "")
+	acq := w.call("acquire", name, 0, "", func(o *Op) { o.TTL, o.Call = ttl, rel.Call })
+	var next *client.Lease
+	err := w.timedFor(8*w.cfg.TTL, func(ctx context.Context) (err error) { next, err = l.Relock(ctx); return err })
+	switch {
+	case err == nil:
+		w.ret(rel, OK, nil)
+		acq.Token, acq.Lease, acq.ValidUntil, acq.Seen = next.Token(), next.LeaseNumber(), monoAt(next.Deadline()), Mono()
+		w.ret(acq, OK, nil)
+		return next
+	case errors.Is(err, client.ErrRevoked): // the grant had ended: nothing released, nothing queued
+		w.ret(rel, Fail, err)
+		w.ret(acq, Fail, err)
+	default: // the session ended, or the wait: released or not, granted and given back or not
+		w.ret(rel, Unknown, err)
+		w.ret(acq, Unknown, err)
+	}
+	time.Sleep(w.cfg.TTL / 10)
+	return nil
 }
 
 // critical is the work under the lock: claim the row (committed on its
@@ -450,6 +495,8 @@ func (w *worker) dbResult(o *Op, err error) bool {
 	case err == nil:
 		w.ret(o, OK, nil)
 		return true
+	case errors.Is(err, client.ErrIndeterminate): // a Put refused as stale after an attempt that may have written
+		w.ret(o, Unknown, err)
 	case errors.Is(err, fencing.ErrStale):
 		var se *fencing.StaleError
 		if errors.As(err, &se) {
@@ -482,4 +529,131 @@ func (w *worker) status(name string) {
 		o.Token = info.Token
 	}
 	w.ret(o, OK, nil)
+}
+
+// Elections is how many elections the workers campaign in:
+// election-0, election-1.
+const Elections = 2
+
+// electionName is the name of election i.
+func electionName(i int) string { return "election-" + strconv.Itoa(i) }
+
+// isElection reports whether name is one of the workers' elections.
+func isElection(name string) bool {
+	for i := range Elections {
+		if name == electionName(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// election campaigns in an election, proclaims new values now and then
+// (with pauses between, where faults land), reads the leader and resigns.
+// Every call is recorded for the election model (histcheck.Elections).
+func (w *worker) election() {
+	name := electionName(w.rng.IntN(Elections))
+	value := fmt.Sprintf("%s#%d", w.client, w.seq+1)
+	camp := w.call("campaign", name, 0, value)
+	var ld *client.Leadership
+	err := w.timedFor(8*w.cfg.TTL, func(ctx context.Context) (err error) { ld, err = w.cl.Campaign(ctx, name, value); return err })
+	switch {
+	case err == nil:
+		camp.Token = ld.Token()
+		w.ret(camp, OK, nil)
+	case errors.Is(err, client.ErrIndeterminate): // the value may have been written
+		w.ret(camp, Unknown, err)
+		return
+	default: // not elected, or elected and given back before writing
+		w.ret(camp, Fail, err)
+		return
+	}
+	for range w.rng.IntN(3) {
+		time.Sleep(time.Duration(w.rng.Int64N(int64(w.cfg.TTL / 2))))
+		v := fmt.Sprintf("%s#%d", w.client, w.seq+1)
+		p := w.call("proclaim", name, ld.Token(), v)
+		switch err := w.timed(func(ctx context.Context) error { return ld.Proclaim(ctx, v) }); {
+		case err == nil:
+			w.ret(p, OK, nil)
+		case errors.Is(err, client.ErrIndeterminate): // deposed too, maybe, after an earlier attempt that may have written
+			w.ret(p, Unknown, err)
+		case errors.Is(err, client.ErrDeposed):
+			w.ret(p, Stale, err)
+		default: // refused before it was sent: the leadership had ended here
+			w.ret(p, Fail, err)
+		}
+	}
+	w.leader(name)
+	res := w.call("resign", name, ld.Token(), "")
+	switch err := w.timed(ld.Resign); {
+	case err == nil:
+		w.ret(res, OK, nil)
+	case errors.Is(err, client.ErrExpired) || errors.Is(err, client.ErrRevoked):
+		w.ret(res, Fail, err) // the leadership had ended before
+	default:
+		w.ret(res, Unknown, err)
+	}
+}
+
+// leader reads who leads the election name.
+func (w *worker) leader(name string) {
+	o := w.call("leader", name, 0, "")
+	var l client.Leader
+	switch err := w.timed(func(ctx context.Context) (err error) { l, err = w.cl.Leader(ctx, name); return err }); {
+	case err == nil:
+		o.Token, o.Value = l.Token, l.Value
+		w.ret(o, OK, nil)
+	case errors.Is(err, client.ErrNoLeader):
+		w.ret(o, Fail, err)
+	default:
+		w.ret(o, Unknown, err)
+	}
+}
+
+// The semaphore and the read-write lock the workers take turns on.
+const (
+	SemaphoreName    = "sem-0"
+	SemaphorePermits = 2
+	RWLockName       = "rw-0"
+)
+
+// modes takes a permit of the semaphore, or the read-write lock as a
+// reader or a writer, holds it a while (where pauses land) and releases
+// it. Every call is recorded for the modes model (histcheck.Modes) and the
+// per-slot validity windows.
+func (w *worker) modes() {
+	name, permits, shared := SemaphoreName, SemaphorePermits, false
+	if w.rng.IntN(2) == 0 {
+		name, permits, shared = RWLockName, 1, w.rng.IntN(3) != 0
+	}
+	mode := func(o *Op) { o.Permits, o.Shared = permits, shared }
+	acq := w.call("macquire", name, 0, "", mode)
+	var l *client.Lease
+	err := w.timedFor(8*w.cfg.TTL, func(ctx context.Context) (err error) {
+		switch {
+		case name == SemaphoreName:
+			l, err = w.cl.Semaphore(name, permits).Acquire(ctx)
+		case shared:
+			l, err = w.cl.RWLock(name).RLock(ctx)
+		default:
+			l, err = w.cl.RWLock(name).Lock(ctx)
+		}
+		return err
+	})
+	if err != nil {
+		w.ret(acq, Unknown, err) // a grant may have happened (and been undone)
+		return
+	}
+	acq.Token, acq.Slot, acq.Lease, acq.ValidUntil, acq.Seen = l.Token(), l.Slot(), l.LeaseNumber(), monoAt(l.Deadline()), Mono()
+	w.ret(acq, OK, nil)
+	time.Sleep(time.Duration(w.rng.Int64N(int64(w.cfg.TTL / 2))))
+	rel := w.call("mrelease", name, l.Token(), "", mode, func(o *Op) { o.Slot, o.ValidUntil, o.Seen = l.Slot(), monoAt(l.Deadline()), Mono() })
+	switch err := w.timed(l.Release); {
+	case err == nil:
+		w.ret(rel, OK, nil)
+	case errors.Is(err, client.ErrExpired) || errors.Is(err, client.ErrRevoked):
+		w.ret(rel, Fail, err)
+	default:
+		w.ret(rel, Unknown, err)
+	}
 }

@@ -55,7 +55,9 @@ FENCE_LEASE is a secret: whoever has it can release the lock.`,
 			defer c.Close()
 			lctx, cancel := context.WithTimeout(ctx, max(wait, time.Second))
 			defer cancel()
-			d, err := c.LockDetached(lctx, args[0], ttl, wait > 0, opts...)
+			shown := showWaiting(cmd.ErrOrStderr(), c, args[0]) // waiting.go: where the wait stands, while it waits
+			d, err := c.LockDetached(lctx, args[0], ttl, wait > 0, append(opts, shown.option())...)
+			shown.stop()
 			if err != nil {
 				return notAcquired(args[0], wait, err)
 			}
@@ -133,7 +135,7 @@ The server forgets ended leases, so it cannot tell which.`,
 // exit 75 if it was held (and the wait, if any, ran out).
 func notAcquired(name string, wait time.Duration, err error) error {
 	switch {
-	case errors.Is(err, client.ErrLocked):
+	case errors.Is(err, client.ErrLocked), errors.Is(err, client.ErrRanRecently):
 		return &exitError{ExitNotAcquired, err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &exitError{ExitNotAcquired, fmt.Errorf("lock %q is still held after waiting %v (--wait)", name, wait)}

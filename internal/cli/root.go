@@ -24,12 +24,13 @@ import (
 // fence run passes its command's own code through instead when the command
 // finishes (128+N if a signal N ended it), so a command's code can collide.
 const (
-	ExitError       = 1  // something went wrong; the message says what
-	ExitUsage       = 2  // bad flags or arguments, including a name or TTL the server refused
-	ExitNotHeld     = 3  // unlock, release --force: nothing to release (already unlocked, expired, or not held)
-	ExitUnavailable = 69 // no fence server could be reached at --server (sysexits' EX_UNAVAILABLE)
-	ExitNotAcquired = 75 // the lock could not be acquired (held, and --wait ran out)
-	ExitLeaseLost   = 76 // the lease was lost while the command ran; it was stopped
+	ExitError       = 1   // something went wrong; the message says what
+	ExitUsage       = 2   // bad flags or arguments, including a name or TTL the server refused
+	ExitNotHeld     = 3   // unlock, release --force: nothing to release (already unlocked, expired, or not held)
+	ExitUnavailable = 69  // no fence server could be reached at --server (sysexits' EX_UNAVAILABLE)
+	ExitNotAcquired = 75  // the lock could not be acquired (held, and --wait ran out)
+	ExitLeaseLost   = 76  // the lease was lost while the command ran; it was stopped
+	ExitInterrupted = 130 // run, elect: interrupted while waiting for the lock or campaigning (128 + SIGINT, as a shell reports it)
 )
 
 // exitCode is the exit code of a command that failed with err.
@@ -220,8 +221,8 @@ commands talk to it at --server (default 127.0.0.1:7300, or $FENCE_SERVER).`,
 	pf.BoolVar(&g.insecure, "insecure", false, "talk plaintext (to a server started with --insecure; serve: serve plaintext)")
 	pf.StringVar(&g.tokenFile, "token-file", "", "file holding this client's bearer token, its identity under the servers' policy when it has no certificate (default $FENCE_AUTH_TOKEN; not $FENCE_TOKEN, which is a fencing token)")
 	root.PersistentFlags().StringVar(&g.adminTokenFile, "admin-token-file", "", "file holding the admin token (default $FENCE_ADMIN_TOKEN): serve requires it on admin calls, other commands send it")
-	root.AddCommand(offline(newServe(g), "insecure", "admin-token-file"), newRun(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newWatch(g), newRelease(g),
-		offline(newDemo()), newDemoWorker(), newMembers(g), newSnapshot(g), newBench(g), offline(newCerts()), offline(newPolicy()), offline(newVersion()))
+	root.AddCommand(offline(newServe(g), "insecure", "admin-token-file"), newRun(g), newElect(g), newLock(g), newUnlock(g), newStatus(g), newLs(g), newTop(g), newHot(g), newDashboard(g), newWatch(g), newRelease(g),
+		offline(newDemo()), newDemoWorker(), newMembers(g), newSnapshot(g), newBench(g), offline(newCerts()), offline(newPolicy()), offline(newAdvise(g), "ca", "cert", "key", "insecure"), offline(newVersion()))
 	root.Version = buildinfo.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
 	return root

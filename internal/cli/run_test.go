@@ -30,6 +30,9 @@ func (l *fakeLease) Jeopardy() error       { return l.jeopardy }
 func (l *fakeLease) Release(context.Context) error {
 	return nil
 }
+func (l *fakeLease) ReleaseRan(context.Context) error {
+	return nil
+}
 func (l *fakeLease) Err() error {
 	select {
 	case l.checked <- struct{}{}:

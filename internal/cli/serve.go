@@ -1,17 +1,20 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fencehq/fence/internal/gcfloor"
+	"github.com/fencehq/fence/internal/memlimit"
 	"github.com/fencehq/fence/internal/server"
 )
 
@@ -19,9 +22,31 @@ import (
 // (internal/gcfloor; GOGC in the environment turns it off).
 const gcFloor = 64 << 20
 
+// gcHeadroom is how far a large heap may grow above its live data before
+// a collection (internal/gcfloor; GOGC in the environment turns it off).
+const gcHeadroom = 256 << 20
+
+// setMemoryLimit gives the runtime a soft memory limit of 90 % of what
+// this process may use (internal/memlimit) unless GOMEMLIMIT is set, and
+// logs the limit in force either way.
+func setMemoryLimit(log *slog.Logger, getenv func(string) string, read func(string) ([]byte, error)) {
+	if v := getenv("GOMEMLIMIT"); v != "" {
+		log.Info("memory limit from GOMEMLIMIT", "GOMEMLIMIT", v)
+		return
+	}
+	limit, from := memlimit.Default(read)
+	if limit == 0 {
+		log.Warn("no memory limit: neither the cgroup's nor the machine's memory could be read; set GOMEMLIMIT")
+		return
+	}
+	debug.SetMemoryLimit(limit)
+	log.Info("memory limit set (GOMEMLIMIT unset)", "limit_mib", limit>>20, "percent", memlimit.Percent, "of", from)
+}
+
 func newServe(g *globals) *cobra.Command {
 	cfg := server.DefaultConfig()
 	var logLevel, logFormat, bootstrap, configPath string
+	tracing := traceSettings{ratio: 1}
 	var printOnly bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -46,7 +71,10 @@ re-reads the certificate files (rotation without a restart).
 
 Admin calls (release --force, members add/remove/transfer) need the admin
 token given with --admin-token-file or $FENCE_ADMIN_TOKEN; without one, they
-are accepted only from this machine. Give every node of a cluster the same.`,
+are accepted only from this machine. Give every node of a cluster the same.
+
+--otlp-endpoint sends OpenTelemetry traces of the calls and of their way
+through raft to a collector (off by default; README, Tracing).`,
 		Example: `  # the embedded single node, everything default
   fence serve
 
@@ -98,6 +126,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 				errs = append(errs, err)
 			}
 			cfg.Insecure = g.insecure
+			errs = append(errs, tracing.validate())
 			errs = append(errs, cfg.Validate())
 			if printOnly && errs[0] == nil { // nothing printed when a source did not load: it would read as a config of defaults
 				if err := printConfig(cmd.OutOrStdout(), cmd, from); err != nil {
@@ -117,7 +146,23 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			defer gcfloor.Keep(gcFloor, time.Second)()
+			defer gcfloor.Keep(gcFloor, gcHeadroom, time.Second)()
+			setMemoryLimit(cfg.Logger, os.Getenv, os.ReadFile)
+			tp, stopTracing, err := tracing.tracerProvider(ctx, cfg.NodeID, cfg.Logger)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := stopTracing(sctx); err != nil {
+					cfg.Logger.Warn("tracing: spans not flushed at shutdown", "err", err)
+				}
+			}()
+			if tp != nil {
+				cfg.TracerProvider = tp
+				cfg.Logger.Info("tracing", "otlp-endpoint", tracing.endpoint, "sample-ratio", tracing.ratio)
+			}
 			srv, err := server.New(cfg)
 			if err != nil {
 				return err
@@ -158,7 +203,7 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's raft id (never change it for a data dir)")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the raft log and snapshots live")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "client gRPC address")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz, /leaderz ("" disables)`)
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `HTTP address for /metrics, /healthz, /readyz, /leaderz and the dashboard /ui/ ("" disables)`)
 	f.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, `HTTP/JSON gateway: POST /v1/<call> with JSON, the gRPC port's TLS and rules ("" disables; e.g. 127.0.0.1:7303)`)
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "raft transport address (other members connect here)")
 	f.StringVar(&cfg.AdvertiseGRPCAddr, "advertise-grpc-addr", "", "gRPC address clients are sent to when this node leads (default --grpc-addr; needed in a cluster when that binds 0.0.0.0)")
@@ -178,6 +223,10 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.DurationVar(&cfg.DefaultLockDelay, "lock-delay", cfg.DefaultLockDelay, "default wait before re-granting a lock whose holder's lease expired (0 disables)")
 	f.DurationVar(&cfg.TickInterval, "tick", cfg.TickInterval, "how often the leader logs elapsed time and checks for expired leases")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots")
+	f.StringVar(&cfg.MetricsPrefixes.Separator, "metrics-prefix-separator", cfg.MetricsPrefixes.Separator, `per-lock metrics are labelled by the lock name's prefix up to this separator, never by the full name (names without it: prefix="(none)")`)
+	f.IntVar(&cfg.MetricsPrefixes.Depth, "metrics-prefix-depth", cfg.MetricsPrefixes.Depth, "the prefix label runs to this many separators (2: a/b/ of a/b/c)")
+	f.IntVar(&cfg.MetricsPrefixes.Max, "metrics-max-prefixes", cfg.MetricsPrefixes.Max, `distinct prefix labels, the first seen since start; later prefixes are counted under prefix="(other)"`)
+	f.IntVar(&cfg.HotLocks, "hot-locks", cfg.HotLocks, "lock names the hot-lock sketch tracks for 'fence hot' (about 150 bytes each, with its name)")
 	f.IntVar(&cfg.WatchHistory, "watch-history", cfg.WatchHistory, "lock events kept for watches to start or resume from (about 100 bytes each)")
 	var unusedInterval time.Duration
 	f.DurationVar(&unusedInterval, "snapshot-interval", 0, "no effect (snapshots are taken as soon as --snapshot-threshold entries are applied)")
@@ -188,5 +237,8 @@ are accepted only from this machine. Give every node of a cluster the same.`,
 	f.StringVar(&cfg.RaftLogLevel, "raft-log-level", cfg.RaftLogLevel, "the raft library's own log level: debug, info, warn, error or off")
 	f.StringVar(&cfg.AuditFile, "audit-file", "", "append a JSON line per committed lease or lock change (grants, releases, lease starts and ends) to this file")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-addr (keep that address private)")
+	f.StringVar(&tracing.endpoint, "otlp-endpoint", "", "send OpenTelemetry traces (OTLP/gRPC) to the collector at host:port (\"\" disables tracing; OTEL_EXPORTER_OTLP_* variables set the rest: headers, timeout, certificate)")
+	f.BoolVar(&tracing.insecure, "otlp-insecure", false, "send traces to --otlp-endpoint in plaintext instead of TLS")
+	f.Float64Var(&tracing.ratio, "trace-sample-ratio", tracing.ratio, "fraction of the traces this node starts that it records (0 to 1); a call that arrives in a client's trace follows the client's choice")
 	return cmd
 }

@@ -26,6 +26,9 @@ type eventJSON struct {
 	Token            uint64  `json:"token,omitempty"`
 	Cause            string  `json:"cause,omitempty"`
 	LockDelaySeconds float64 `json:"lock_delay_seconds,omitempty"`
+	Value            *string `json:"value,omitempty"`  // written: the value (text; Go's JSON writes invalid UTF-8 as U+FFFD)
+	Slot             int     `json:"slot,omitempty"`   // a semaphore's permit (granted, released, lock-delay-started)
+	Shared           bool    `json:"shared,omitempty"` // a reader's grant
 }
 
 func newWatch(g *globals) *cobra.Command {
@@ -90,7 +93,7 @@ func follow(ctx context.Context, c *client.Client, out io.Writer, name string, a
 func printEvent(w io.Writer, e client.LockEvent, asJSON bool) error {
 	if asJSON {
 		b, err := json.Marshal(eventJSON{Index: e.Index, Type: e.Type.String(), Name: e.Name, Lease: e.Lease, Owner: e.Owner,
-			Token: e.Token, Cause: e.Cause.String(), LockDelaySeconds: e.LockDelay.Seconds()})
+			Token: e.Token, Cause: e.Cause.String(), LockDelaySeconds: e.LockDelay.Seconds(), Value: writtenValue(e), Slot: e.Slot, Shared: e.Shared})
 		if err != nil {
 			return err
 		}
@@ -101,12 +104,28 @@ func printEvent(w io.Writer, e client.LockEvent, asJSON bool) error {
 	return err
 }
 
+// writtenValue is the value of a written event as text (nil for the others).
+func writtenValue(e client.LockEvent) *string {
+	if e.Type != client.Written {
+		return nil
+	}
+	v := string(e.Value)
+	return &v
+}
+
 // describeEvent says what an event means, in words.
 func describeEvent(e client.LockEvent) string {
 	who := fmt.Sprintf("lease #%d (%s)", e.Lease, e.Owner)
+	grant := "" // a reader's grant, or a semaphore's permit past slot 0
+	switch {
+	case e.Shared:
+		grant = " (shared)"
+	case e.Slot > 0:
+		grant = fmt.Sprintf(" (slot %d)", e.Slot)
+	}
 	switch e.Type {
 	case client.Granted:
-		return fmt.Sprintf("%s: granted to %s, token %d", e.Name, who, e.Token)
+		return fmt.Sprintf("%s: granted to %s, token %d%s", e.Name, who, e.Token, grant)
 	case client.Released:
 		return fmt.Sprintf("%s: token %d of %s ended: %s", e.Name, e.Token, who, e.Cause)
 	case client.WaiterJoined:
@@ -117,6 +136,8 @@ func describeEvent(e client.LockEvent) string {
 		return fmt.Sprintf("%s: lock-delay of %s after token %d expired", e.Name, e.LockDelay, e.Token)
 	case client.LockDelayEnded:
 		return fmt.Sprintf("%s: lock-delay after token %d ended", e.Name, e.Token)
+	case client.Written:
+		return fmt.Sprintf("%s: written with token %d: %q", e.Name, e.Token, e.Value)
 	}
 	return fmt.Sprintf("%s: %s", e.Name, e.Type)
 }

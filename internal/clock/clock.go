@@ -17,6 +17,7 @@
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -56,6 +57,18 @@ func Since(c Clock, t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // Until returns the time left on c until t (a value derived from c.Now()).
 func Until(c Clock, t time.Time) time.Duration { return t.Sub(c.Now()) }
+
+// Sleep waits d on c, or until ctx ends (then it returns ctx.Err()).
+func Sleep(ctx context.Context, c Clock, d time.Duration) error {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
 
 // MaxTimerSlice is the longest Real's timers wait on a Go timer before they
 // look at the boottime clock again: the most a timer due during a host

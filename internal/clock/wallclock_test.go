@@ -51,13 +51,34 @@ func leaseScope(pkgPath, file string) (wall, direct bool) {
 	return false, false
 }
 
+// displayOnly marks a line whose wall-clock use is for people and never
+// times anything (a "ran at …" in a message): the line carries a comment
+// that starts with it and says why. It lifts only the wall-clock rule:
+// direct reads of the monotonic clock stay refused.
+const displayOnly = "wall clock for display only:"
+
+// goClock marks a line that reads Go's monotonic clock because what it
+// measures is on that clock: a context's deadline (time.Until(deadline), as
+// gRPC does for a unary call's grpc-timeout). It lifts only the direct-read
+// rule, for that line.
+const goClock = "Go's clock, as context deadlines are:"
+
 // timeUses returns the forbidden uses of package time in files (type-checked
-// in info), one line each.
+// in info, parsed with their comments), one line each.
 func timeUses(fset *token.FileSet, pkgPath string, files []*ast.File, info *types.Info) []string {
 	var bad []string
 	for _, f := range files {
 		name := fset.Position(f.Pos()).Filename
 		wall, direct := leaseScope(pkgPath, name)
+		shown := map[int]bool{}  // the lines marked displayOnly
+		goTime := map[int]bool{} // the lines marked goClock
+		for _, g := range f.Comments {
+			for _, c := range g.List {
+				text := strings.TrimSpace(strings.TrimPrefix(c.Text, "//"))
+				shown[fset.Position(c.Pos()).Line] = shown[fset.Position(c.Pos()).Line] || strings.HasPrefix(text, displayOnly)
+				goTime[fset.Position(c.Pos()).Line] = goTime[fset.Position(c.Pos()).Line] || strings.HasPrefix(text, goClock)
+			}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			id, ok := n.(*ast.Ident)
 			if !ok {
@@ -80,9 +101,9 @@ func timeUses(fset *token.FileSet, pkgPath string, files []*ast.File, info *type
 				what = "time.Time." + fn.Name()
 			}
 			switch {
-			case wall && wallOnly[fn.Name()]:
+			case wall && wallOnly[fn.Name()] && !shown[fset.Position(id.Pos()).Line]:
 				bad = append(bad, fset.Position(id.Pos()).String()+": "+what+" reads or keeps only the wall clock")
-			case direct && sig.Recv() == nil && directReads[fn.Name()]:
+			case direct && sig.Recv() == nil && directReads[fn.Name()] && !goTime[fset.Position(id.Pos()).Line]:
 				bad = append(bad, fset.Position(id.Pos()).String()+": "+what+" runs on Go's monotonic clock, which stops during a host suspend; use a clock.Clock")
 			}
 			return true
@@ -120,7 +141,7 @@ func TestLeasesNeverReadTheWallClock(t *testing.T) {
 			if name == "" {
 				continue
 			}
-			f, err := parser.ParseFile(fset, filepath.Join(p.dir, name), nil, 0)
+			f, err := parser.ParseFile(fset, filepath.Join(p.dir, name), nil, parser.ParseComments)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,9 +173,15 @@ import clk "time"
 func spans(d clk.Duration) clk.Duration { return d.Round(clk.Second) + d.Truncate(clk.Millisecond) }
 
 func deadline() clk.Time { return clk.Now().Round(0) }
+
+func shown(t clk.Time) string { return t.UTC().Format(clk.RFC3339) } // wall clock for display only: a message
+
+func left(d clk.Time) clk.Duration { return clk.Until(d) } // Go's clock, as context deadlines are: a context's deadline
+
+func wrong(d clk.Time) clk.Duration { return clk.Until(d) + clk.Duration(d.Unix()) } // Go's clock, as context deadlines are: lifts only the direct read
 `
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "planted.go", src, 0)
+	f, err := parser.ParseFile(fset, "planted.go", src, parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +191,8 @@ func deadline() clk.Time { return clk.Now().Round(0) }
 	}
 	got := strings.Join(timeUses(fset, "github.com/fencehq/fence/client/planted", []*ast.File{f}, info), "\n")
 	want := "planted.go:7:39: time.Now runs on Go's monotonic clock, which stops during a host suspend; use a clock.Clock\n" +
-		"planted.go:7:45: time.Time.Round reads or keeps only the wall clock"
+		"planted.go:7:45: time.Time.Round reads or keeps only the wall clock\n" +
+		"planted.go:13:76: time.Time.Unix reads or keeps only the wall clock"
 	if got != want {
 		t.Fatalf("flagged:\n%s\nwant:\n%s", got, want)
 	}

@@ -1,9 +1,9 @@
-// Package dbtest gives tests real databases: PostgreSQL and MariaDB/MySQL on
-// this machine (started if they are down) and SQLite in a temp file.
+// Package dbtest gives tests real databases: PostgreSQL, MariaDB/MySQL and
+// Redis on this machine (started if they are down) and SQLite in a temp file.
 //
 // A test that cannot reach its database is skipped, unless FENCE_REQUIRE_DB=1
 // (CI), when it fails. DSNs can be overridden with FENCE_TEST_POSTGRES_DSN
-// and FENCE_TEST_MYSQL_DSN.
+// and FENCE_TEST_MYSQL_DSN, Redis's address with FENCE_TEST_REDIS_ADDR.
 package dbtest
 
 import (
@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,20 @@ func Postgres() DB {
 // MySQL is MariaDB on this machine.
 func MySQL() DB {
 	return DB{"mysql", fencing.MySQL, "mysql", env("FENCE_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true")}
+}
+
+// MySQLFoundRows is MySQL with clientFoundRows=true in its DSN: its
+// connections count the rows a statement finds, not the ones it changes
+// (an INSERT … ON DUPLICATE KEY UPDATE that leaves a row alone counts 1,
+// as a new row does).
+func MySQLFoundRows() DB {
+	db := MySQL()
+	sep := "?"
+	if strings.Contains(db.DSN, "?") {
+		sep = "&"
+	}
+	db.DSN += sep + "clientFoundRows=true"
+	return db
 }
 
 // SQLite is a fresh file in the test's temp dir, with a busy timeout so
@@ -75,13 +90,19 @@ func Open(t testing.TB, db DB) *sql.DB {
 	t.Helper()
 	h, err := Connect(db, t.Logf)
 	if err != nil {
-		if os.Getenv("FENCE_REQUIRE_DB") == "1" {
-			t.Fatal(err.Error() + " (FENCE_REQUIRE_DB=1)")
-		}
-		t.Skip(err.Error())
+		unreachable(t, err)
 	}
 	t.Cleanup(func() { h.Close() })
 	return h
+}
+
+// unreachable skips the test, or fails it with FENCE_REQUIRE_DB=1 (CI).
+func unreachable(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("FENCE_REQUIRE_DB") == "1" {
+		t.Fatal(err.Error() + " (FENCE_REQUIRE_DB=1)")
+	}
+	t.Skip(err.Error())
 }
 
 // Connect connects to db, starting the local service if it is down (logf

@@ -111,7 +111,7 @@ func BenchmarkMillionLeases(b *testing.B) {
 			}
 			if j%10 == 0 {
 				binary.LittleEndian.PutUint64(rid[8:], 1)
-				a := Command{Kind: KindAcquire, RequestID: rid, Lease: lid, Seq: 1, Name: "job/" + strconv.Itoa(j)}
+				a := Command{Kind: KindAcquire, RequestID: rid, Lease: lid, Seq: 1, Ack: 1, Name: "job/" + strconv.Itoa(j)}
 				if r := s.Apply(&a); r.Code != OK {
 					b.Fatal(r.Code, r.Reason)
 				}

@@ -40,7 +40,7 @@ type call struct {
 	req   RequestID
 	kind  Kind
 	code  Code
-	token uint64 // the grant's token (OK), or the held lock's (AlreadyHeld)
+	token uint64 // the grant's token (OK), the held lock's (AlreadyHeld), the recorded run's (RanRecently)
 }
 
 // find returns the index of call seq in answers, or where it would go.

@@ -4,32 +4,64 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
 // Log entry format: one raft entry holds a batch of commands, so that many
 // client calls share one disk write and one consensus round.
 //
-//	entry   = version(1 byte = 3) count(uvarint) command*
+//	entry   = version(1 byte = 5) count(uvarint) command*
 //	command = kind(1 byte) then the kind's fields, in Command field order:
 //	          RequestID, Lease: 16 bytes; Seq, Ack: uvarint; Open: uvarint count + uvarints;
 //	          TTL, LockDelay, Elapsed: uvarint nanoseconds;
 //	          Owner, Identity, Name, Value: uvarint length + bytes; Wait: 1 byte (0|1);
-//	          Token, Renewals: uvarint; Addr: uvarint length + bytes.
+//	          Token, Renewals: uvarint; Addr: uvarint length + bytes;
+//	          OncePer: uvarint nanoseconds; Ran: 1 byte (0|1); Wall: uvarint;
+//	          Permits: uvarint; Shared: 1 byte (0|1); ReleaseToken: uvarint.
 //
 // Decoding is strict: unknown versions or kinds, truncation, trailing bytes,
 // non-canonical booleans and invalid fields are errors, so that
-// Decode(Encode(cmds)) == cmds and garbage never reaches Apply. Version 2 is
-// version 3 without Identity: an entry none of whose commands has an
-// identity is written as version 2, so a cluster without a policy writes
-// nothing a fence from before identities cannot read. Version 1 (fence
-// before call numbers) is refused with ErrOldFormat: its commands would mean
-// something else under today's rules.
+// Decode(Encode(cmds)) == cmds and garbage never reaches Apply.
+//
+// An entry is written in the oldest version that can express it, so that a
+// cluster that does not use a newer feature writes nothing an older fence
+// cannot read (and a version that says more than its commands need is
+// refused as non-canonical):
+//   - version 2: neither identities nor once-per fields;
+//   - version 3: version 2 plus Identity (CreateLease), for an entry with
+//     an identity and no once-per field;
+//   - version 4: version 3 plus OncePer (Acquire) and Ran, Wall (Release),
+//     for an entry with an Acquire with a once-per window or a Release
+//     that records a run;
+//   - version 5: version 4 plus Permits and Shared (Acquire), for an entry
+//     with an Acquire of a semaphore or a shared Acquire;
+//   - version 6: version 5 plus ReleaseToken (Acquire), for an entry with a
+//     relock.
+//
+// Version 1 (fence before call numbers) is refused with ErrOldFormat: its
+// commands would mean something else under today's rules.
 const (
-	entryVersion       = 3
+	entryVersion       = 6
 	oldestEntryVersion = 2
 )
+
+// versionOf returns the oldest entry version that can express cmds.
+func versionOf(cmds []Command) byte {
+	version := byte(oldestEntryVersion)
+	for i := range cmds {
+		switch c := &cmds[i]; {
+		case c.ReleaseToken != 0:
+			return 6
+		case c.Permits != 0 || c.Shared:
+			version = max(version, 5)
+		case c.OncePer != 0 || c.Ran:
+			version = max(version, 4)
+		case c.Identity != "":
+			version = max(version, 3)
+		}
+	}
+	return version
+}
 
 // ErrOldFormat is wrapped by the errors for log entries and snapshots
 // written by an earlier fence in a format this one does not read.
@@ -44,12 +76,7 @@ var ErrCorrupt = errors.New("corrupt entry")
 
 // EncodeBatch appends the entry for cmds to dst. Commands must be valid.
 func EncodeBatch(dst []byte, cmds []Command) []byte {
-	version := byte(oldestEntryVersion)
-	for i := range cmds {
-		if cmds[i].Identity != "" {
-			version = entryVersion
-		}
-	}
+	version := versionOf(cmds)
 	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(cmds)))
 	for i := range cmds {
@@ -86,8 +113,8 @@ func DecodeBatch(b []byte) ([]Command, error) {
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
 	}
-	if d.err == nil && d.version == entryVersion && !slices.ContainsFunc(cmds, func(c Command) bool { return c.Identity != "" }) {
-		d.err = fmt.Errorf("%w: a version-%d entry with no identity (such an entry is written as version %d)", ErrCorrupt, entryVersion, oldestEntryVersion)
+	if v := versionOf(cmds); d.err == nil && d.version != v {
+		d.err = fmt.Errorf("%w: a version-%d entry whose commands version %d expresses (an entry is written in the oldest version that can)", ErrCorrupt, d.version, v)
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -148,6 +175,24 @@ func appendCommand(dst []byte, c *Command, version byte) []byte {
 	}
 	if f&fAddr != 0 {
 		dst = appendString(dst, c.Addr)
+	}
+	if f&fOncePer != 0 && version >= 4 {
+		dst = binary.AppendUvarint(dst, uint64(c.OncePer))
+	}
+	if f&fRan != 0 && version >= 4 {
+		dst = appendBool(dst, c.Ran)
+	}
+	if f&fWall != 0 && version >= 4 {
+		dst = binary.AppendUvarint(dst, uint64(c.Wall))
+	}
+	if f&fPermits != 0 && version >= 5 {
+		dst = binary.AppendUvarint(dst, uint64(c.Permits))
+	}
+	if f&fShared != 0 && version >= 5 {
+		dst = appendBool(dst, c.Shared)
+	}
+	if f&fReleaseToken != 0 && version >= 6 {
+		dst = binary.AppendUvarint(dst, c.ReleaseToken)
 	}
 	return dst
 }
@@ -215,6 +260,32 @@ func (d *decoder) command(c *Command) {
 	}
 	if f&fAddr != 0 {
 		c.Addr = d.string(MaxNameLen)
+	}
+	if f&fOncePer != 0 && d.version >= 4 {
+		c.OncePer = d.duration()
+	}
+	if f&fRan != 0 && d.version >= 4 {
+		c.Ran = d.bool()
+	}
+	if f&fWall != 0 && d.version >= 4 {
+		if w := d.uvarint(); w > 1<<63-1 {
+			d.fail("wall clock out of range")
+		} else {
+			c.Wall = int64(w)
+		}
+	}
+	if f&fPermits != 0 && d.version >= 5 {
+		if p := d.uvarint(); p > MaxPermits {
+			d.fail("permits %d above %d", p, MaxPermits)
+		} else {
+			c.Permits = uint32(p)
+		}
+	}
+	if f&fShared != 0 && d.version >= 5 {
+		c.Shared = d.bool()
+	}
+	if f&fReleaseToken != 0 && d.version >= 6 {
+		c.ReleaseToken = d.uvarint()
 	}
 }
 

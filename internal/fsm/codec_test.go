@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"testing"
@@ -84,7 +85,7 @@ func TestDecodeBatchRefuses(t *testing.T) {
 		b    []byte
 	}{
 		{"empty", nil},
-		{"newer version", []byte{4, 0}},
+		{"newer version", []byte{5, 0}},
 		{"count missing", []byte{2}},
 		{"count above the bytes left", []byte{2, 2, 10, 0}},
 		// 2^62 commands: refused before the decoder sizes a slice for them
@@ -161,5 +162,105 @@ func TestCreateLeaseIdentity(t *testing.T) {
 	bad.Identity = "a\x00b"
 	if err := bad.Validate(); err == nil {
 		t.Fatal("an identity with a control character is valid")
+	}
+}
+
+// Once-per fields are in version 4 entries: an Acquire's OncePer after
+// Addr's place, a Release's Ran and Wall. An entry without them is written
+// in the older version it fits, and a version-4 entry that needs no
+// version-4 field is refused as non-canonical.
+func TestOncePerEntryBytes(t *testing.T) {
+	head := func(kind byte) []byte {
+		return cat([]byte{kind, 7}, rep(0, 15), []byte{9}, rep(0, 15), []byte{3, 3, 0})
+	} // ids, seq 3, ack 3, no open
+	for _, tc := range []struct {
+		name string
+		cmd  Command
+		want []byte
+	}{
+		{"acquire with a window", Command{Kind: KindAcquire, RequestID: RequestID{7}, Lease: LeaseID{9}, Seq: 3, Ack: 3, Name: "a", OncePer: 300},
+			cat([]byte{4, 1}, head(5), []byte{1, 'a', 0, 0}, []byte{0xac, 0x02})}, // name, wait, lock-delay, once-per 300ns
+		{"release that records a run", Command{Kind: KindRelease, RequestID: RequestID{7}, Lease: LeaseID{9}, Seq: 3, Ack: 3, Name: "a", Ran: true, Wall: 1000},
+			cat([]byte{4, 1}, head(6), []byte{1, 'a', 1, 0xe8, 0x07})}, // name, ran, wall 1000
+		{"release without a run: version 2", Command{Kind: KindRelease, RequestID: RequestID{7}, Lease: LeaseID{9}, Seq: 3, Ack: 3, Name: "a"},
+			cat([]byte{2, 1}, head(6), []byte{1, 'a'})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EncodeBatch(nil, []Command{tc.cmd}); !bytes.Equal(got, tc.want) {
+				t.Fatalf("EncodeBatch:\n got %x\nwant %x", got, tc.want)
+			}
+			back, err := DecodeBatch(tc.want)
+			if err != nil || len(back) != 1 || back[0].OncePer != tc.cmd.OncePer || back[0].Ran != tc.cmd.Ran || back[0].Wall != tc.cmd.Wall || back[0].Name != "a" {
+				t.Fatalf("decoded %+v, %v", back, err)
+			}
+		})
+	}
+	release := cat(head(6), []byte{1, 'a'})
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"version 4 without a version-4 field", cat([]byte{4, 1}, release, []byte{0, 0})},
+		{"ran byte 2", cat([]byte{4, 1}, release, []byte{2, 1})},
+		{"wall without ran", cat([]byte{4, 1}, release, []byte{0, 1})},
+		{"ran without wall", cat([]byte{4, 1}, release, []byte{1, 0})},
+		{"wall above 2^63-1", cat([]byte{4, 1}, release, []byte{1}, binary.AppendUvarint(nil, 1<<63))},
+		{"window above the limit", cat([]byte{4, 1, 5, 7}, rep(0, 15), []byte{9}, rep(0, 15), []byte{3, 3, 0, 1, 'a', 0, 0}, binary.AppendUvarint(nil, uint64(MaxOncePer)+1))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmds, err := DecodeBatch(tc.b)
+			if !errors.Is(err, ErrCorrupt) || cmds != nil {
+				t.Fatalf("DecodeBatch(%x) = %d commands, %v; want ErrCorrupt", tc.b, len(cmds), err)
+			}
+		})
+	}
+}
+
+// TestPermitsEntryBytes: an Acquire of a semaphore or a shared Acquire is
+// written in version 5 (permits uvarint, then shared), every other entry
+// as before; a version-5 entry without them, a permit count of 1 or above
+// the limit, a shared semaphore acquire and a non-canonical boolean are
+// refused.
+func TestPermitsEntryBytes(t *testing.T) {
+	acq := cat([]byte{5, 7}, rep(0, 15), []byte{9}, rep(0, 15), []byte{3, 3, 0, 1, 's', 1, 0}) // ids, seq 3, ack 3, no open, name, wait, lock-delay
+	for _, tc := range []struct {
+		name string
+		cmd  Command
+		want []byte
+	}{
+		{"semaphore of 3", Command{Kind: KindAcquire, RequestID: RequestID{7}, Lease: LeaseID{9}, Seq: 3, Ack: 3, Name: "s", Wait: true, Permits: 3},
+			cat([]byte{5, 1}, acq, []byte{0, 3, 0})}, // once-per 0, permits 3, shared 0
+		{"shared", Command{Kind: KindAcquire, RequestID: RequestID{7}, Lease: LeaseID{9}, Seq: 3, Ack: 3, Name: "s", Wait: true, Shared: true},
+			cat([]byte{5, 1}, acq, []byte{0, 0, 1})},
+		{"a mutex: version 2", Command{Kind: KindAcquire, RequestID: RequestID{7}, Lease: LeaseID{9}, Seq: 3, Ack: 3, Name: "s", Wait: true},
+			cat([]byte{2, 1}, acq)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EncodeBatch(nil, []Command{tc.cmd}); !bytes.Equal(got, tc.want) {
+				t.Fatalf("EncodeBatch:\n got %x\nwant %x", got, tc.want)
+			}
+			back, err := DecodeBatch(tc.want)
+			if err != nil || len(back) != 1 || back[0].Permits != tc.cmd.Permits || back[0].Shared != tc.cmd.Shared {
+				t.Fatalf("decoded %+v, %v", back, err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"version 5 without a version-5 field", cat([]byte{5, 1}, acq, []byte{0, 0, 0})},
+		{"one permit", cat([]byte{5, 1}, acq, []byte{0, 1, 0})},
+		{"permits above the limit", cat([]byte{5, 1}, acq, []byte{0}, binary.AppendUvarint(nil, MaxPermits+1), []byte{0})},
+		{"a shared semaphore acquire", cat([]byte{5, 1}, acq, []byte{0, 2, 1})},
+		{"shared byte 2", cat([]byte{5, 1}, acq, []byte{0, 0, 2})},
+		{"version 6", cat([]byte{6, 1}, acq, []byte{0, 3, 0})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmds, err := DecodeBatch(tc.b)
+			if !errors.Is(err, ErrCorrupt) || cmds != nil {
+				t.Fatalf("DecodeBatch(%x) = %d commands, %v; want ErrCorrupt", tc.b, len(cmds), err)
+			}
+		})
 	}
 }

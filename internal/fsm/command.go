@@ -42,18 +42,22 @@ const (
 	// KindExpire ends a lease whose deadline passed on the leader. Fields: Lease,
 	// Renewals (the renewal count the leader judged; a later renewal makes this a no-op).
 	KindExpire Kind = 4
-	// KindAcquire takes a lock or joins its queue. Fields: RequestID, Lease,
-	// Seq, Ack, Open, Name, Wait, LockDelay.
+	// KindAcquire takes a lock (a permit of a semaphore, a shared grant of
+	// a read-write lock) or joins its queue. Fields: RequestID, Lease, Seq,
+	// Ack, Open, Name, Wait, LockDelay, OncePer, Permits, Shared,
+	// ReleaseToken (a relock: release that grant first, in the same command).
 	KindAcquire Kind = 5
-	// KindRelease gives up a held lock. Fields: RequestID, Lease, Seq, Ack, Open, Name.
+	// KindRelease gives up a held lock. Fields: RequestID, Lease, Seq, Ack,
+	// Open, Name, Ran, Wall.
 	KindRelease Kind = 6
 	// KindCancelWait leaves a lock's queue (the waiting call ended). Fields:
 	// Lease, Name, Seq (of the Acquire that waits: a late CancelWait cannot
 	// end a later wait of the same lease).
 	KindCancelWait Kind = 7
-	// KindGrantNext ends a lock's lock-delay and grants it to the next waiter.
-	// Fields: Name, Token (the token of the grant whose expiry began the
-	// delay: a late or retried GrantNext cannot end a later delay).
+	// KindGrantNext ends the lock-delay of one grant of a lock and grants
+	// what fits to the next waiters. Fields: Name, Token (the token of the
+	// grant whose expiry began the delay: a late or retried GrantNext cannot
+	// end a later delay, nor another permit's).
 	KindGrantNext Kind = 8
 	// KindPut writes the fenced key-value resource. Fields: Name (the key), Value, Token.
 	KindPut Kind = 9
@@ -63,9 +67,9 @@ const (
 	// A leader proposes it for itself on takeover, so followers can point
 	// clients at it.
 	KindSetNode Kind = 11
-	// KindForceRelease (admin) ends one grant: the lock Name if its current
-	// grant has Token, handed at once to the next waiter. The holder's lease
-	// and its other locks live on. Fields: RequestID, Name, Token.
+	// KindForceRelease (admin) ends one grant: the grant of lock Name with
+	// Token, if it is held, handed at once to the next waiters. The holder's
+	// lease and its other locks live on. Fields: RequestID, Name, Token.
 	KindForceRelease Kind = 12
 )
 
@@ -116,6 +120,35 @@ type Command struct {
 	Renewals  uint64        // Expire
 	Elapsed   time.Duration // Tick
 	Addr      string        // SetNode
+	// OncePer (Acquire; 0: none) asks for the lock only if no run of it
+	// was recorded within this window of logical time (see Ran); the grant
+	// keeps the window, and a run it records is kept that long.
+	OncePer time.Duration
+	// Ran (Release): the run this grant guarded succeeded; if the grant
+	// has a once-per window, record the run (token, holder, the logical
+	// clock now) before releasing.
+	Ran bool
+	// Wall (Release with Ran): the leader's wall clock when it proposed the
+	// release, Unix nanoseconds, for people only ("ran at …"): no decision
+	// reads it.
+	Wall int64
+	// Permits (Acquire; 0: one, a mutex): the lock is a semaphore of this
+	// many permits (2…MaxPermits). The count is fixed while the lock
+	// exists; an Acquire that asks another is refused (PermitsMismatch).
+	Permits uint32
+	// Shared (Acquire, of a lock of one permit): a reader's grant of a
+	// read-write lock, held beside other readers, never beside a writer (an
+	// Acquire without Shared).
+	Shared bool
+	// ReleaseToken (Acquire; 0: none) makes the Acquire a relock: the
+	// caller's lease releases its grant of Name with this token and asks for
+	// the lock again in this one command, as a Release followed by an
+	// Acquire would: the waiters already queued are granted first and the
+	// caller joins the back of the queue, or, with nobody waiting, is
+	// granted again at once with a new token. The caller must hold that
+	// grant (NotHolder otherwise, and nothing changes); a relock waits
+	// (Wait) and has no once-per window.
+	ReleaseToken uint64
 }
 
 // Code is the outcome of applying a command.
@@ -128,11 +161,15 @@ const (
 	Queued
 	// LeaseNotFound: no live lease has that id (never existed, expired or revoked).
 	LeaseNotFound
-	// LockHeld: the lock is held by another lease, or in lock-delay.
+	// LockHeld: the lock is held by another lease (every permit taken, a
+	// writer holding or waiting for a reader, any grant for a writer), or in
+	// lock-delay, or others wait ahead.
 	LockHeld
 	// AlreadyHeld: this lease already holds (or already waits for) the lock under another request.
 	AlreadyHeld
-	// NotHolder: release of a lock the lease does not hold.
+	// NotHolder: release of a lock the lease does not hold, or a relock
+	// (Acquire with ReleaseToken) of a grant the lease does not hold (ended,
+	// or another token).
 	NotHolder
 	// NotWaiting: cancel-wait or grant-next found nothing to do.
 	NotWaiting
@@ -154,6 +191,13 @@ const (
 	Answered
 	// TooManyCalls: the lease has MaxCallsInFlight calls unacknowledged.
 	TooManyCalls
+	// RanRecently: an Acquire with a once-per window found a run of the
+	// lock recorded inside it (Result.Run says which); a queued one found
+	// it when its turn came and left the queue.
+	RanRecently
+	// PermitsMismatch: an Acquire asked for a lock with another permit count
+	// than the lock has (Result.Permits) while it exists.
+	PermitsMismatch
 )
 
 var codeNames = [...]string{
@@ -161,6 +205,7 @@ var codeNames = [...]string{
 	AlreadyHeld: "already held", NotHolder: "not holder", NotWaiting: "not waiting",
 	Stale: "stale token", Renewed: "renewed", Invalid: "invalid", Ended: "grant ended",
 	Cancelled: "wait cancelled", Answered: "already answered", TooManyCalls: "too many calls in flight",
+	RanRecently: "ran recently", PermitsMismatch: "permits mismatch",
 }
 
 func (c Code) String() string {
@@ -176,13 +221,19 @@ type Result struct {
 	// Token: the grant's token (Acquire), the highest accepted token (Stale),
 	// the holder's token (LockHeld).
 	Token uint64
+	// Slot: the grant's slot, 0…permits−1 (Acquire OK, ForceRelease).
+	Slot uint32
+	// Shared: the grant is a reader's (Acquire OK).
+	Shared bool
+	// Permits: the lock's permit count (PermitsMismatch).
+	Permits uint32
 	// Lease: the id of the lease created (CreateLease; on a retry, the first attempt's).
 	Lease LeaseID
 	// LeaseNumber: the public number of the lease created, granted or holding.
 	LeaseNumber uint64
 	// Owner: the holder's owner label (LockHeld).
 	Owner string
-	// Delayed: the lock is free but in lock-delay (LockHeld).
+	// Delayed: no grant of the lock is held, but one is in lock-delay (LockHeld).
 	Delayed bool
 	// TTL: the lease's TTL (CreateLease, Renew).
 	TTL time.Duration
@@ -191,6 +242,8 @@ type Result struct {
 	// Held: the tokens of the locks the lease holds, in name order (Renew),
 	// so a holder learns of a grant an admin ended.
 	Held []uint64
+	// Run: the recorded run inside the window (RanRecently).
+	Run RunView
 	// Reason explains Invalid.
 	Reason string
 	// Events are the side effects the server must act on, in order.
@@ -200,27 +253,31 @@ type Result struct {
 // EventKind says what happened.
 type EventKind uint8
 
-// Events. The lock events (Granted through WaitEnded) are what a Watch
-// reports; LeaseStarted, LeaseRenewed and LeaseEnded concern leases alone.
+// Events. The lock events (Granted through WaitEnded) and Written are what a
+// Watch reports; LeaseStarted, LeaseRenewed and LeaseEnded concern leases
+// alone.
 const (
 	// LeaseStarted: a lease was created (Lease, TTL).
 	LeaseStarted EventKind = iota + 1
-	// LeaseRenewed: a lease was renewed (Lease, TTL, Renewals).
+	// LeaseRenewed: a lease was renewed (Lease, TTL, Renewals, Slack).
 	LeaseRenewed
 	// LeaseEnded: a lease was revoked or expired (Lease).
 	LeaseEnded
-	// Granted: a lock was granted (Lease, Owner, Name, Token), directly or
-	// to a waiter.
+	// Granted: a lock was granted (Lease, Owner, Name, Token, Slot, Shared,
+	// and the lease's TTL), directly or to a waiter.
 	Granted
-	// Released: a lock lost its holder (Name, Lease, Owner, Token of the
-	// grant that ended, Cause: released, expired, revoked or forced).
+	// Released: a grant of a lock ended (Name, Lease, Owner, Token, Slot,
+	// Shared of the grant that ended, Cause: released, expired, revoked or
+	// forced).
 	Released
-	// DelayStarted: a lock entered lock-delay (Name, Delay, Token of the
-	// grant that expired); the leader proposes GrantNext with that Token once
-	// it has passed.
+	// DelayStarted: a grant of a lock entered lock-delay (Name, Delay,
+	// Token, Slot, Shared of the grant that expired); the leader proposes
+	// GrantNext with that Token once it has passed.
 	DelayStarted
 	// WaitCancelled: a lease's queued Acquire left the queue because its call
-	// was cancelled (Lease, Owner, Name, Seq).
+	// was cancelled, or because, at its turn, a run of the lock was recorded
+	// inside its once-per window (its call answers RanRecently) (Lease,
+	// Owner, Name, Seq).
 	WaitCancelled
 	// DelayEnded: a lock's lock-delay ended (Name, Token of the grant that
 	// expired); the next waiter, if any, is granted in the same command.
@@ -231,13 +288,16 @@ const (
 	// WaitEnded: a lease left a lock's queue because the lease ended (Lease,
 	// Owner, Name, Seq, Cause: expired or revoked).
 	WaitEnded
+	// Written: the fenced key Name was written (Put) with Token; Value is
+	// the value stored (shared with the state: never modify it).
+	Written
 )
 
 var eventNames = [...]string{
 	LeaseStarted: "lease-started", LeaseRenewed: "lease-renewed", LeaseEnded: "lease-ended",
 	Granted: "granted", Released: "released", DelayStarted: "lock-delay-started",
 	WaitCancelled: "wait-cancelled", DelayEnded: "lock-delay-ended", WaitStarted: "wait-started",
-	WaitEnded: "wait-ended",
+	WaitEnded: "wait-ended", Written: "written",
 }
 
 func (k EventKind) String() string {
@@ -247,9 +307,10 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
 
-// IsLockEvent reports whether k is an event of a lock (what a Watch reports).
-func (k EventKind) IsLockEvent() bool {
-	return k >= Granted && k <= WaitEnded
+// Watched reports whether k is what a Watch reports: an event of a lock,
+// or a write of a fenced key.
+func (k EventKind) Watched() bool {
+	return k >= Granted && k <= Written
 }
 
 // Cause says why a grant or a wait ended.
@@ -290,6 +351,14 @@ type Event struct {
 	TTL      time.Duration
 	Renewals uint64
 	Delay    time.Duration
-	Seq      uint64 // the call (WaitStarted, WaitCancelled, WaitEnded)
-	Cause    Cause  // Released, WaitEnded
+	// Slack (LeaseRenewed) is how much of the lease was left when the
+	// renewal applied, on the log clock: its deadline (last renewal plus
+	// TTL) minus the clock. Negative: the lease was overdue (the leader
+	// had not expired it yet). Not encoded anywhere: events are in memory.
+	Slack  time.Duration
+	Seq    uint64 // the call (WaitStarted, WaitCancelled, WaitEnded)
+	Slot   uint32 // the grant's slot (Granted, Released, DelayStarted)
+	Shared bool   // a reader's grant (Granted, Released, DelayStarted)
+	Cause  Cause  // Released, WaitEnded
+	Value  []byte // Written
 }

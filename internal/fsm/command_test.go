@@ -10,7 +10,7 @@ func TestNames(t *testing.T) {
 			t.Errorf("Kind(%d) = %q, want %q", uint8(k), got, want)
 		}
 	}
-	for c, want := range map[Code]string{OK: "ok", TooManyCalls: "too many calls in flight", 14: "code(14)", 255: "code(255)"} {
+	for c, want := range map[Code]string{OK: "ok", TooManyCalls: "too many calls in flight", RanRecently: "ran recently", PermitsMismatch: "permits mismatch", 16: "code(16)", 255: "code(255)"} {
 		if got := c.String(); got != want {
 			t.Errorf("Code(%d) = %q, want %q", uint8(c), got, want)
 		}

@@ -28,4 +28,21 @@
 //     256 requests); CreateLease remembers its request id while the lease
 //     lives. Put is not remembered: a retried Put is idempotent by value, and
 //     reports Stale if a newer token wrote in between (the holder must stop).
+//   - Once per window (runs.go): a Release with Ran of a grant acquired with
+//     a once-per window records the run; an Acquire with a window is refused
+//     (RanRecently) while a recorded run is younger than it, on the logical
+//     clock, which never runs faster than real time. A record is kept for
+//     its own grant's window and forgotten by the Tick that passes it.
+//   - Semaphores and read-write locks: a lock has a permit count (1: a mutex,
+//     or a read-write lock whose grants may be shared), fixed while the lock
+//     exists, and grants (each with its own token and slot); the hand-off
+//     is FIFO and grants from the head of the queue while its grant fits (a
+//     writer alone, or the readers up to the next writer together). A lease
+//     holds at most one grant of a name. Lock-delay is per grant.
+//   - Relock: an Acquire with ReleaseToken releases the caller's grant of
+//     the name and asks for it again in one command, exactly as a Release
+//     followed by an Acquire: the waiters already queued are granted
+//     first, the caller joins the back of the queue or, with nobody
+//     waiting, gets a new grant (a new token) at once. It refuses
+//     (NotHolder, PermitsMismatch) before changing anything.
 package fsm

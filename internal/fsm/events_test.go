@@ -16,6 +16,7 @@ type lockEvent struct {
 	Token  uint64
 	Seq    uint64
 	Cause  Cause
+	Value  string
 }
 
 // TestLockEvents: every change of a lock reports itself, in order, with
@@ -65,6 +66,12 @@ func TestLockEvents(t *testing.T) {
 			want: []lockEvent{{Kind: Released, Name: "a", Number: 1, Owner: "w1", Token: 1, Cause: CauseForced},
 				{Kind: Granted, Name: "a", Number: 2, Owner: "w2", Token: 2}}},
 		{name: "renew reports no lock event", history: held, cmd: Command{Kind: KindRenew, Lease: id(1)}},
+		{name: "a put reports the value written", history: held, cmd: cmdPut(8, "a", "v1", 1),
+			want: []lockEvent{{Kind: Written, Name: "a", Token: 1, Value: "v1"}}},
+		{name: "a put again with the same token", history: append(slices.Clone(held), cmdPut(8, "a", "v1", 1)), cmd: cmdPut(9, "a", "v2", 1),
+			want: []lockEvent{{Kind: Written, Name: "a", Token: 1, Value: "v2"}}},
+		{name: "a stale put reports nothing", history: append(slices.Clone(queued), cmdRelease(1, 5, "a"), cmdPut(8, "a", "new", 2)),
+			cmd: cmdPut(9, "a", "old", 1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,8 +79,8 @@ func TestLockEvents(t *testing.T) {
 			r := s.Apply(&tt.cmd)
 			var got []lockEvent
 			for _, e := range r.Events {
-				if e.Kind.IsLockEvent() {
-					got = append(got, lockEvent{e.Kind, e.Name, e.Number, e.Owner, e.Token, e.Seq, e.Cause})
+				if e.Kind.Watched() {
+					got = append(got, lockEvent{e.Kind, e.Name, e.Number, e.Owner, e.Token, e.Seq, e.Cause, string(e.Value)})
 				}
 			}
 			if !slices.Equal(got, tt.want) {
@@ -84,7 +91,7 @@ func TestLockEvents(t *testing.T) {
 }
 
 func TestEventNames(t *testing.T) {
-	for k := LeaseStarted; k <= WaitEnded; k++ {
+	for k := LeaseStarted; k <= Written; k++ {
 		if strings.HasPrefix(k.String(), "event(") {
 			t.Errorf("event kind %d has no name", k)
 		}
@@ -94,7 +101,7 @@ func TestEventNames(t *testing.T) {
 			t.Errorf("cause %d has no name", c)
 		}
 	}
-	if LeaseEnded.IsLockEvent() || LeaseRenewed.IsLockEvent() || !WaitEnded.IsLockEvent() || !Granted.IsLockEvent() {
-		t.Error("IsLockEvent is wrong")
+	if LeaseEnded.Watched() || LeaseRenewed.Watched() || !WaitEnded.Watched() || !Granted.Watched() || !Written.Watched() {
+		t.Error("Watched is wrong")
 	}
 }

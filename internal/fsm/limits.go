@@ -19,6 +19,10 @@ const (
 	MaxTTL       = 24 * time.Hour
 	MaxLockDelay = 10 * time.Minute
 	MaxElapsed   = time.Minute // per Tick
+	// MaxOncePer bounds an Acquire's once-per window (a yearly job).
+	MaxOncePer = 366 * 24 * time.Hour
+	// MaxPermits bounds a semaphore's permit count.
+	MaxPermits = 1 << 16
 	// MaxCallsInFlight bounds the answers a lease remembers: its calls not yet
 	// acknowledged (see Command.Ack). A call beyond it is refused with
 	// TooManyCalls and not executed.
@@ -109,6 +113,22 @@ func (c *Command) Validate() error {
 		if c.LockDelay < 0 || c.LockDelay > MaxLockDelay {
 			return fmt.Errorf("%w: lock-delay %v is outside 0…%v", ErrInvalid, c.LockDelay, MaxLockDelay)
 		}
+		if c.OncePer < 0 || c.OncePer > MaxOncePer {
+			return fmt.Errorf("%w: once-per window %v is outside 0…%v", ErrInvalid, c.OncePer, MaxOncePer)
+		}
+		if c.Permits == 1 || c.Permits > MaxPermits {
+			return fmt.Errorf("%w: permits %d is outside 2…%d (a lock of one permit has none)", ErrInvalid, c.Permits, MaxPermits)
+		}
+		if c.Shared && c.Permits != 0 {
+			return fmt.Errorf("%w: a shared (read) acquire is for a read-write lock, of one permit; this one asks for %d", ErrInvalid, c.Permits)
+		}
+		if c.ReleaseToken != 0 && (!c.Wait || c.OncePer != 0) {
+			return fmt.Errorf("%w: a relock (release_token) waits in the queue and has no once-per window", ErrInvalid)
+		}
+	case KindRelease:
+		if c.Ran != (c.Wall != 0) || c.Wall < 0 {
+			return fmt.Errorf("%w: a release that records a run carries the leader's wall clock (after 1970), and only such a release does", ErrInvalid)
+		}
 	case KindPut:
 		if len(c.Value) > MaxValueLen {
 			return fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.Value), MaxValueLen)
@@ -152,7 +172,7 @@ func ValidCallNumbers(seq, ack uint64, open []uint64) error {
 
 // field bits, for checking which fields a kind carries.
 const (
-	fRequest uint16 = 1 << iota
+	fRequest uint32 = 1 << iota
 	fLease
 	fTTL
 	fOwner
@@ -168,9 +188,15 @@ const (
 	fAck
 	fOpen
 	fIdentity
+	fOncePer
+	fRan
+	fWall
+	fPermits
+	fShared
+	fReleaseToken
 )
 
-func fieldsOf(k Kind) uint16 {
+func fieldsOf(k Kind) uint32 {
 	switch k {
 	case KindCreateLease:
 		return fRequest | fLease | fTTL | fOwner | fIdentity
@@ -181,9 +207,9 @@ func fieldsOf(k Kind) uint16 {
 	case KindExpire:
 		return fLease | fRenewals
 	case KindAcquire:
-		return fRequest | fLease | fSeq | fAck | fOpen | fName | fWait | fLockDelay
+		return fRequest | fLease | fSeq | fAck | fOpen | fName | fWait | fLockDelay | fOncePer | fPermits | fShared | fReleaseToken
 	case KindRelease:
-		return fRequest | fLease | fSeq | fAck | fOpen | fName
+		return fRequest | fLease | fSeq | fAck | fOpen | fName | fRan | fWall
 	case KindCancelWait:
 		return fLease | fSeq | fName
 	case KindGrantNext:
@@ -201,9 +227,9 @@ func fieldsOf(k Kind) uint16 {
 }
 
 // fields returns the bits of the fields that are set (non-zero).
-func (c *Command) fields() uint16 {
-	var f uint16
-	set := func(b uint16, on bool) {
+func (c *Command) fields() uint32 {
+	var f uint32
+	set := func(b uint32, on bool) {
 		if on {
 			f |= b
 		}
@@ -224,5 +250,11 @@ func (c *Command) fields() uint16 {
 	set(fAck, c.Ack != 0)
 	set(fOpen, len(c.Open) != 0)
 	set(fIdentity, c.Identity != "")
+	set(fOncePer, c.OncePer != 0)
+	set(fRan, c.Ran)
+	set(fWall, c.Wall != 0)
+	set(fPermits, c.Permits != 0)
+	set(fShared, c.Shared)
+	set(fReleaseToken, c.ReleaseToken != 0)
 	return f
 }

@@ -21,28 +21,55 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, s *State) {
 		if k.name != name {
 			t.Fatalf("lock %q stored under %q", k.name, name)
 		}
-		if k.token > s.token {
-			t.Fatalf("lock %q token %d above counter %d", name, k.token, s.token)
+		if len(k.grants) == 0 {
+			t.Fatalf("lock %q kept with no grant held or delayed (waiters: %d)", name, len(k.waiters))
 		}
-		if !k.holder.IsZero() {
-			if s.leases[k.holder] == nil {
-				t.Fatalf("lock %q held by dead lease %v", name, k.holder)
+		if k.permits < 1 || k.permits > MaxPermits {
+			t.Fatalf("lock %q has %d permits", name, k.permits)
+		}
+		// At most permits grants; shared grants only in a lock of one
+		// permit, never beside an exclusive one; one grant per slot.
+		shared, slots := 0, map[uint32]bool{}
+		for i, g := range k.grants {
+			if g.token == 0 || g.token > s.token {
+				t.Fatalf("lock %q token %d outside 1…%d", name, g.token, s.token)
 			}
-			if k.delayed {
-				t.Fatalf("lock %q both held and delayed", name)
+			if i > 0 && compareGrants(k.grants[i-1], g) >= 0 {
+				t.Fatalf("lock %q grants out of order", name)
 			}
-			holds[k.holder] = append(holds[k.holder], name)
-		} else if !k.delayed && len(k.waiters) > 0 {
-			t.Fatalf("lock %q free and undelayed with waiters", name)
-		} else if !k.delayed {
-			t.Fatalf("idle lock %q kept", name)
+			if g.shared {
+				shared++
+				continue
+			}
+			if g.slot >= k.permits || slots[g.slot] {
+				t.Fatalf("lock %q: slot %d of %d taken twice or out of range", name, g.slot, k.permits)
+			}
+			slots[g.slot] = true
+		}
+		if len(slots) > int(k.permits) || shared > 0 && (k.permits != 1 || len(slots) > 0) {
+			t.Fatalf("lock %q: %d exclusive and %d shared grants for %d permits", name, len(slots), shared, k.permits)
+		}
+		for _, g := range k.grants {
+			if g.delayed() {
+				if g.oncePer != 0 {
+					t.Fatalf("delayed grant of %q keeps a once-per window", name)
+				}
+				continue
+			}
+			if s.leases[g.holder] == nil {
+				t.Fatalf("lock %q held by dead lease %v", name, g.holder)
+			}
+			holds[g.holder] = append(holds[g.holder], name)
+		}
+		if len(k.waiters) > 0 && k.admits(k.waiters[0].shared) {
+			t.Fatalf("lock %q: the first waiter's grant fits, but it waits", name)
 		}
 		seen := map[LeaseID]bool{}
 		for _, w := range k.waiters {
 			if s.leases[w.lease] == nil {
 				t.Fatalf("lock %q has a waiter with a dead lease", name)
 			}
-			if seen[w.lease] || w.lease == k.holder {
+			if seen[w.lease] || k.heldBy(w.lease) >= 0 {
 				t.Fatalf("lock %q: lease waits twice or waits for itself", name)
 			}
 			seen[w.lease] = true
@@ -62,6 +89,16 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, s *State) {
 	for key, e := range s.kv {
 		if e.token == 0 || e.token > s.token {
 			t.Fatalf("key %q token %d outside 1…%d", key, e.token, s.token)
+		}
+	}
+	// Runs: each inside its own window, indexed once in expiry order; a
+	// once-per window only on a held lock.
+	if len(s.runOrder) != len(s.runs) || !slices.IsSortedFunc(s.runOrder, compareRuns) {
+		t.Fatalf("%d runs, %d in the expiry order (sorted: %v)", len(s.runs), len(s.runOrder), slices.IsSortedFunc(s.runOrder, compareRuns))
+	}
+	for _, r := range s.runOrder {
+		if s.runs[r.name] != r || r.until() <= s.clock || r.at > s.clock || r.token == 0 || r.token > s.token {
+			t.Fatalf("run %+v: not the one kept, past its window, or with a bad token (clock %v)", r, s.clock)
 		}
 	}
 }
@@ -99,9 +136,19 @@ func genCommand(t *rapid.T) Command {
 		return Command{Kind: k, Lease: lease, Renewals: uint64(rapid.IntRange(0, 2).Draw(t, "renewals"))}
 	case KindAcquire:
 		delay := time.Duration(rapid.IntRange(0, 1).Draw(t, "delay")) * time.Second
-		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Open: open, Name: name, Wait: rapid.Bool().Draw(t, "wait"), LockDelay: delay}
+		oncePer := time.Duration(rapid.IntRange(0, 2).Draw(t, "oncePer")) * 300 * time.Millisecond
+		c := Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Open: open, Name: name, Wait: rapid.Bool().Draw(t, "wait"),
+			LockDelay: delay, OncePer: oncePer}
+		if rapid.IntRange(0, 3).Draw(t, "relock") == 0 { // a relock of a grant this lease may hold
+			c.ReleaseToken, c.Wait, c.OncePer = token, true, 0
+		}
+		return c
 	case KindRelease:
-		return Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Open: open, Name: name}
+		c := Command{Kind: k, RequestID: callReq, Lease: lease, Seq: seq, Ack: ack, Open: open, Name: name}
+		if rapid.Bool().Draw(t, "ran") {
+			c.Ran, c.Wall = true, int64(rapid.IntRange(1, 3).Draw(t, "wall"))
+		}
+		return c
 	case KindCancelWait:
 		return Command{Kind: k, Lease: lease, Seq: seq, Name: name}
 	case KindGrantNext:
@@ -159,6 +206,11 @@ func TestProperties(t *testing.T) {
 
 			// Tokens strictly increase, one per grant, and each grant is the event's.
 			for _, e := range r.Events {
+				if e.Kind == WaitCancelled {
+					// A waiter refused at its turn (its once-per window holds a
+					// recorded run) leaves the queue: the next one is first.
+					queues[e.Name] = slices.DeleteFunc(slices.Clone(queues[e.Name]), func(l LeaseID) bool { return l == e.Lease })
+				}
 				if e.Kind != Granted {
 					continue
 				}
@@ -279,11 +331,17 @@ func withoutCalls(s *State) []byte {
 // normalize maps nil and empty slices to one form so DeepEqual compares content.
 func normalize(s *State) *State {
 	c := *s
-	c.leases = map[LeaseID]*lease{}
+	c.leases, c.created = map[LeaseID]*lease{}, map[RequestID]*lease{}
 	for id, l := range s.leases {
 		n := *l
 		n.holds, n.waits, n.calls = slices.Clip(append([]string{}, l.holds...)), slices.Clip(append([]string{}, l.waits...)), calls{top: l.calls.top, answers: append([]call{}, l.calls.answers...), gaps: append([]uint64{}, l.calls.gaps...)}
 		c.leases[id] = &n
+		if s.created[l.createReq] == l {
+			c.created[l.createReq] = &n
+		}
+	}
+	if len(c.created) != len(s.created) {
+		panic("normalize: created names a lease that is not live")
 	}
 	c.locks = map[string]*lock{}
 	for name, k := range s.locks {
@@ -292,6 +350,7 @@ func normalize(s *State) *State {
 		c.locks[name] = &n
 	}
 	c.nodes = maps.Clone(s.nodes)
+	c.runOrder = slices.Clip(append([]*run{}, s.runOrder...))
 	c.kv = map[string]*entry{}
 	for key, e := range s.kv {
 		c.kv[key] = &entry{value: append([]byte{}, e.value...), token: e.token}

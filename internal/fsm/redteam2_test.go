@@ -307,8 +307,8 @@ func TestRedteam2ProtocolModelSnapshotsAndExactlyOnce(t *testing.T) {
 			before := withoutCalls(s)
 			heldBefore := map[string]uint64{}
 			for _, k := range s.locks {
-				if !k.holder.IsZero() {
-					heldBefore[k.name] = k.token
+				if g := k.grants[0]; !g.delayed() {
+					heldBefore[k.name] = g.token
 				}
 			}
 			cmd2 := cmd
@@ -330,7 +330,7 @@ func TestRedteam2ProtocolModelSnapshotsAndExactlyOnce(t *testing.T) {
 				t.Fatalf("a retry or late duplicate %+v acted: %v", cmd, r.Code)
 			}
 			if dup && cmd.Kind == KindAcquire && r.Code == OK {
-				if k := s.locks[cmd.Name]; k == nil || k.holder != cmd.Lease || k.token != r.Token || heldBefore[cmd.Name] != r.Token {
+				if k := s.locks[cmd.Name]; k == nil || k.grants[0].holder != cmd.Lease || k.grants[0].token != r.Token || heldBefore[cmd.Name] != r.Token {
 					t.Fatalf("retry %+v answered OK with token %d, not a grant still held", cmd, r.Token)
 				}
 			}

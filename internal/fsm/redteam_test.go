@@ -116,12 +116,12 @@ func TestRedteamUnmarshalAcceptsInconsistentState(t *testing.T) {
 		name   string
 		mutate func(s *State)
 	}{
-		{"two locks with one token (a token granted twice)", func(s *State) { s.locks["b"].token = s.locks["a"].token }},
-		{"a held lock with token 0", func(s *State) { s.locks["a"].token = 0 }},
+		{"two locks with one token (a token granted twice)", func(s *State) { s.locks["b"].grants[0].token = s.locks["a"].grants[0].token }},
+		{"a held lock with token 0", func(s *State) { s.locks["a"].grants[0].token = 0 }},
 		{"two leases with one create request id", func(s *State) { s.leases[id(2)].createReq = s.leases[id(1)].createReq }},
 		{"two leases with one number", func(s *State) { s.leases[id(2)].number = s.leases[id(1)].number }},
 		{"a waiter's lock-delay above MaxLockDelay", func(s *State) { s.locks["a"].waiters[0].lockDelay = time.Hour }},
-		{"a held lock's lock-delay above MaxLockDelay", func(s *State) { s.locks["a"].lockDelay = time.Hour }},
+		{"a held lock's lock-delay above MaxLockDelay", func(s *State) { s.locks["a"].grants[0].lockDelay = time.Hour }},
 		{"two waits naming one waiting call", func(s *State) { s.locks["b"].waiters[0].seq = s.locks["a"].waiters[0].seq }},
 	}
 	for _, tc := range cases {

@@ -10,41 +10,150 @@ import (
 	"github.com/fencehq/fence/internal/planted"
 )
 
-// Snapshot format (version 3), canonical: leases sorted by id, calls by
-// number, locks and keys by name, so equal states give equal bytes.
+// Snapshot format (version 7), canonical: leases sorted by id, calls by
+// number, locks, keys and runs by name, a lock's grants by slot then token,
+// so equal states give equal bytes.
 //
 //	version token clock leaseSeq
-//	count × lease(id number ttl owner createReq renewals renewedAt
+//	count × lease(id number ttl owner identity createReq renewals renewedAt
 //	              top count × gap count × call(seq req kind code token))
-//	count × lock(name holder token lockDelay delayed delayFrom count × waiter(lease seq lockDelay))
+//	count × lock(name permits
+//	             count × grant(holder token slot shared lockDelay oncePer delayFrom)
+//	             count × waiter(lease seq lockDelay oncePer shared))
 //	count × kv(key value token)
 //	count × node(id addr)
+//	count × run(name token number owner at wall window)
 //
-// The indexes derived from locks (lease.holds, lease.waits) and the
-// CreateLease dedup map are rebuilt by Unmarshal, not stored.
-// Version 3 is version 4 without lease identities: a state none of whose
-// leases has an identity is written as version 3, which a fence from before
-// identities reads. Version 2 (fence before call numbers) is refused with
-// ErrOldFormat.
+// A grant with a zero holder is in lock-delay. Versions 3 to 5 hold one
+// grant per lock (a mutex), in the form
+//
+//	lock(name holder token lockDelay oncePer delayed delayFrom
+//	     count × waiter(lease seq lockDelay oncePer))
+//
+// The indexes derived from locks (lease.holds, lease.waits), the
+// CreateLease dedup map and the runs' expiry order are rebuilt by
+// Unmarshal, not stored.
+//
+// A state is written in the oldest version that can express it, so a
+// cluster that does not use a newer feature writes snapshots an older fence
+// reads (and a version that says more than the state needs is refused as
+// non-canonical):
+//   - version 3: no lease identities (no identity field) and nothing of
+//     once-per (no oncePer fields, no runs section, no call answered
+//     RanRecently);
+//   - version 4: version 3 plus lease identities;
+//   - version 5: version 4 plus once-per: the oncePer of grants and
+//     waiters, the recorded runs, calls answered RanRecently;
+//   - version 6: version 5 plus semaphores and read-write locks: locks in
+//     the form above (permits, grants, shared waiters), calls answered
+//     PermitsMismatch. A state whose every lock is a mutex with one grant
+//     and no call answered PermitsMismatch is written in version 5 or
+//     older;
+//   - version 7: version 6 plus Acquire calls answered NotHolder (a relock
+//     of a grant the lease did not hold); the layout is version 6's.
+//
+// Version 2 (fence before call numbers) is refused with ErrOldFormat.
 const (
-	snapshotVersion       = 4
+	snapshotVersion       = 7
 	oldestSnapshotVersion = 3
 )
 
-// Marshal appends the canonical encoding of the whole state to dst.
-func (s *State) Marshal(dst []byte) []byte {
+// version returns the oldest snapshot version that can express s.
+func (s *State) version() byte {
 	version := byte(oldestSnapshotVersion)
+	if len(s.runs) > 0 {
+		version = 5
+	}
 	for _, l := range s.leases {
 		if l.identity != "" {
-			version = snapshotVersion
+			version = max(version, 4)
+		}
+		for _, k := range l.calls.answers {
+			switch {
+			case k.kind == KindAcquire && k.code == NotHolder:
+				return 7
+			case k.code == PermitsMismatch:
+				version = max(version, 6)
+			case k.code == RanRecently:
+				version = max(version, 5)
+			}
 		}
 	}
+	for _, k := range s.locks {
+		if !k.mutex() {
+			version = max(version, 6)
+			continue
+		}
+		if k.grants[0].oncePer != 0 || slices.ContainsFunc(k.waiters, func(w waiter) bool { return w.oncePer != 0 }) {
+			version = max(version, 5)
+		}
+	}
+	return version
+}
+
+// mutex reports whether k is what versions 3 to 5 can express: one
+// permit, one grant, nothing shared.
+func (k *lock) mutex() bool {
+	return k.permits == 1 && len(k.grants) == 1 && !k.grants[0].shared &&
+		!slices.ContainsFunc(k.waiters, func(w waiter) bool { return w.shared })
+}
+
+// Marshal appends the canonical encoding of the whole state to dst.
+func (s *State) Marshal(dst []byte) []byte {
+	return s.marshal(dst, s.version(), nil)
+}
+
+// encodeChunk is about how many bytes Encode gathers before it hands them
+// on: it hands on whole records, so a chunk is at most this plus one record.
+const encodeChunk = 64 << 10
+
+// Encode hands the canonical encoding of the whole state (Marshal's bytes)
+// to emit in chunks of about encodeChunk bytes, in order, so the encoding
+// is never whole in memory: a node writing a snapshot of a million leases
+// holds one chunk of it, not a second copy of the state. emit must not
+// keep the chunk (its buffer is reused); Encode stops at emit's first
+// error and returns it. (A callback, not an io.Writer: the fsm does no I/O.)
+func (s *State) Encode(emit func(chunk []byte) error) error {
+	sp := &spill{emit: emit}
+	rest := s.marshal(make([]byte, 0, encodeChunk+encodeChunk/4), s.version(), sp)
+	sp.hand(rest)
+	return sp.err
+}
+
+// spill hands what marshal gathered so far to emit once it reaches
+// encodeChunk bytes (a nil spill keeps everything: Marshal).
+type spill struct {
+	emit func([]byte) error
+	err  error // emit's first error; nothing is handed on after it
+}
+
+// flush hands dst on if it holds a chunk's worth and returns it emptied,
+// else returns it as it is.
+func (sp *spill) flush(dst []byte) []byte {
+	if sp == nil || len(dst) < encodeChunk {
+		return dst
+	}
+	sp.hand(dst)
+	return dst[:0]
+}
+
+func (sp *spill) hand(b []byte) {
+	if sp.err == nil && len(b) > 0 {
+		sp.err = sp.emit(b)
+	}
+}
+
+// marshal appends the encoding of the state in the given version, which
+// must be able to express it. With a spill it writes what it gathered
+// after each record (sp.flush) and returns the rest.
+func (s *State) marshal(dst []byte, version byte, sp *spill) []byte {
 	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, s.token)
 	dst = binary.AppendUvarint(dst, uint64(s.clock))
 	dst = binary.AppendUvarint(dst, s.leaseSeq)
 
-	ids := slices.SortedFunc(maps.Keys(s.leases), compareIDs)
+	ids := s.LeaseIDs(make([]LeaseID, 0, len(s.leases))) // sized: a million ids, collected by append, would be copied as they grow
+	slices.SortFunc(ids, compareIDs)
 	dst = binary.AppendUvarint(dst, uint64(len(ids)))
 	for _, id := range ids {
 		l := s.leases[id]
@@ -71,6 +180,7 @@ func (s *State) Marshal(dst []byte) []byte {
 			dst = append(dst, byte(k.kind), byte(k.code))
 			dst = binary.AppendUvarint(dst, k.token)
 		}
+		dst = sp.flush(dst)
 	}
 
 	names := slices.Sorted(maps.Keys(s.locks))
@@ -78,17 +188,42 @@ func (s *State) Marshal(dst []byte) []byte {
 	for _, name := range names {
 		k := s.locks[name]
 		dst = appendString(dst, k.name)
-		dst = append(dst, k.holder[:]...)
-		dst = binary.AppendUvarint(dst, k.token)
-		dst = binary.AppendUvarint(dst, uint64(k.lockDelay))
-		dst = appendBool(dst, k.delayed)
-		dst = binary.AppendUvarint(dst, uint64(k.delayFrom))
+		if version >= 6 {
+			dst = binary.AppendUvarint(dst, uint64(k.permits))
+			dst = binary.AppendUvarint(dst, uint64(len(k.grants)))
+			for _, g := range k.grants {
+				dst = append(dst, g.holder[:]...)
+				dst = binary.AppendUvarint(dst, g.token)
+				dst = binary.AppendUvarint(dst, uint64(g.slot))
+				dst = appendBool(dst, g.shared)
+				dst = binary.AppendUvarint(dst, uint64(g.lockDelay))
+				dst = binary.AppendUvarint(dst, uint64(g.oncePer))
+				dst = binary.AppendUvarint(dst, uint64(g.delayFrom))
+			}
+		} else {
+			g := &k.grants[0]
+			dst = append(dst, g.holder[:]...)
+			dst = binary.AppendUvarint(dst, g.token)
+			dst = binary.AppendUvarint(dst, uint64(g.lockDelay))
+			if version >= 5 {
+				dst = binary.AppendUvarint(dst, uint64(g.oncePer))
+			}
+			dst = appendBool(dst, g.delayed())
+			dst = binary.AppendUvarint(dst, uint64(g.delayFrom))
+		}
 		dst = binary.AppendUvarint(dst, uint64(len(k.waiters)))
 		for _, w := range k.waiters {
 			dst = append(dst, w.lease[:]...)
 			dst = binary.AppendUvarint(dst, w.seq)
 			dst = binary.AppendUvarint(dst, uint64(w.lockDelay))
+			if version >= 5 {
+				dst = binary.AppendUvarint(dst, uint64(w.oncePer))
+			}
+			if version >= 6 {
+				dst = appendBool(dst, w.shared)
+			}
 		}
+		dst = sp.flush(dst)
 	}
 
 	keys := slices.Sorted(maps.Keys(s.kv))
@@ -98,6 +233,7 @@ func (s *State) Marshal(dst []byte) []byte {
 		dst = appendString(dst, key)
 		dst = appendString(dst, string(e.value))
 		dst = binary.AppendUvarint(dst, e.token)
+		dst = sp.flush(dst)
 	}
 
 	nodeIDs := slices.Sorted(maps.Keys(s.nodes))
@@ -105,6 +241,23 @@ func (s *State) Marshal(dst []byte) []byte {
 	for _, id := range nodeIDs {
 		dst = appendString(dst, id)
 		dst = appendString(dst, s.nodes[id])
+		dst = sp.flush(dst)
+	}
+	if version < 5 {
+		return dst
+	}
+	runNames := slices.Sorted(maps.Keys(s.runs))
+	dst = binary.AppendUvarint(dst, uint64(len(runNames)))
+	for _, name := range runNames {
+		r := s.runs[name]
+		dst = appendString(dst, r.name)
+		dst = binary.AppendUvarint(dst, r.token)
+		dst = binary.AppendUvarint(dst, r.number)
+		dst = appendString(dst, r.owner)
+		dst = binary.AppendUvarint(dst, uint64(r.at))
+		dst = binary.AppendUvarint(dst, uint64(r.wall))
+		dst = binary.AppendUvarint(dst, uint64(r.window))
+		dst = sp.flush(dst)
 	}
 	return dst
 }
@@ -127,7 +280,6 @@ func Unmarshal(b []byte) (*State, error) {
 	s.leaseSeq = d.uvarint()
 
 	var prevID LeaseID
-	identities := false               // some lease has one: version 4
 	numbers := map[uint64]bool{}      // lease numbers seen: each once
 	tokens := map[uint64]bool{}       // tokens of held or delayed locks: each once
 	waiting := map[waitingCall]bool{} // queued calls named by waiters: each once
@@ -177,35 +329,18 @@ func Unmarshal(b []byte) (*State, error) {
 			d.fail("lease number %d repeated or outside 1…%d", l.number, s.leaseSeq)
 		case len(m.answers) > MaxCallsInFlight:
 			d.fail("lease remembers %d calls, limit %d", len(m.answers), MaxCallsInFlight)
-		case s.created[l.createReq] != LeaseID{}:
+		case s.created[l.createReq] != nil:
 			d.fail("two leases were created by one request")
 		}
 		prevID = l.id
 		numbers[l.number] = true
 		s.leases[l.id] = l
-		s.created[l.createReq] = l.id
-		identities = identities || l.identity != ""
-	}
-	if d.err == nil && d.version == snapshotVersion && !identities {
-		d.fail("a version-%d snapshot with no lease identity (such a state is written as version %d)", snapshotVersion, oldestSnapshotVersion)
+		s.created[l.createReq] = l
 	}
 
 	var lastName string
 	for n := d.count(); n > 0 && d.err == nil; n-- {
-		k := &lock{}
-		k.name = d.string(MaxNameLen)
-		d.fixed(k.holder[:])
-		k.token = d.uvarint()
-		k.lockDelay = d.duration()
-		k.delayed = d.bool()
-		k.delayFrom = d.duration()
-		for m := d.count(); m > 0 && d.err == nil; m-- {
-			var w waiter
-			d.fixed(w.lease[:])
-			w.seq = d.uvarint()
-			w.lockDelay = d.duration()
-			k.waiters = append(k.waiters, w)
-		}
+		k := s.readLock(&d)
 		if d.err != nil {
 			break
 		}
@@ -213,37 +348,7 @@ func Unmarshal(b []byte) (*State, error) {
 			d.fail("lock %q out of order or badly named", k.name)
 		}
 		lastName = k.name
-		if k.holder.IsZero() && !k.delayed && len(k.waiters) == 0 {
-			d.fail("lock %q is idle and should not be stored", k.name)
-		}
-		if k.token == 0 || k.token > s.token || tokens[k.token] {
-			d.fail("lock %q has token %d: zero, repeated, or above the counter %d", k.name, k.token, s.token)
-		}
-		tokens[k.token] = true
-		if k.lockDelay < 0 || k.lockDelay > MaxLockDelay {
-			d.fail("lock %q has a lock-delay of %v, outside 0…%v", k.name, k.lockDelay, MaxLockDelay)
-		}
-		if !k.holder.IsZero() {
-			h := s.leases[k.holder]
-			if h == nil || k.delayed {
-				d.fail("lock %q is held by an unknown lease or both held and delayed", k.name)
-				break
-			}
-			h.holds = append(h.holds, k.name) // names arrive sorted
-		}
-		for _, w := range k.waiters {
-			if w.lockDelay < 0 || w.lockDelay > MaxLockDelay || waiting[waitingCall{w.lease, w.seq}] {
-				d.fail("lock %q has a waiter with a bad lock-delay, or naming a call another waits with", k.name)
-				break
-			}
-			waiting[waitingCall{w.lease, w.seq}] = true
-			l := s.leases[w.lease]
-			if l == nil || w.lease == k.holder || slices.Contains(l.waits, k.name) || !l.queued(w.seq) {
-				d.fail("lock %q has a bad waiter", k.name)
-				break
-			}
-			l.waits = append(l.waits, k.name)
-		}
+		s.checkLock(&d, k, tokens, waiting)
 		s.locks[k.name] = k
 	}
 
@@ -269,6 +374,9 @@ func Unmarshal(b []byte) (*State, error) {
 		}
 		lastNode, s.nodes[id] = id, addr
 	}
+	if d.version >= 5 {
+		s.unmarshalRuns(&d)
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
@@ -286,6 +394,9 @@ func Unmarshal(b []byte) (*State, error) {
 	if d.err == nil && len(waiting) != s.NumWaiters() {
 		d.fail("two waits name one waiting call")
 	}
+	if v := s.version(); d.err == nil && d.version != v {
+		d.fail("a version-%d snapshot of a state version %d expresses (a state is written in the oldest version that can)", d.version, v)
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -296,6 +407,152 @@ func Unmarshal(b []byte) (*State, error) {
 		}
 	}
 	return s, nil
+}
+
+// readLock reads one lock in the snapshot's version.
+func (s *State) readLock(d *decoder) *lock {
+	k := &lock{permits: 1}
+	k.name = d.string(MaxNameLen)
+	if d.version >= 6 {
+		if p := d.uvarint(); p == 0 || p > MaxPermits {
+			d.fail("lock %q has %d permits, outside 1…%d", k.name, p, MaxPermits)
+		} else {
+			k.permits = uint32(p)
+		}
+		for n := d.count(); n > 0 && d.err == nil; n-- {
+			var g grant
+			d.fixed(g.holder[:])
+			g.token = d.uvarint()
+			if slot := d.uvarint(); slot >= uint64(k.permits) {
+				d.fail("lock %q has a grant in slot %d of %d", k.name, slot, k.permits)
+			} else {
+				g.slot = uint32(slot)
+			}
+			g.shared = d.bool()
+			g.lockDelay = d.duration()
+			g.oncePer = d.duration()
+			g.delayFrom = d.duration()
+			k.grants = append(k.grants, g)
+		}
+	} else {
+		var g grant
+		d.fixed(g.holder[:])
+		g.token = d.uvarint()
+		g.lockDelay = d.duration()
+		if d.version >= 5 {
+			g.oncePer = d.duration()
+		}
+		delayed := d.bool()
+		g.delayFrom = d.duration()
+		if d.err == nil && delayed != g.delayed() {
+			d.fail("lock %q is held and delayed, or neither", k.name)
+		}
+		k.grants = append(k.grants, g)
+	}
+	for m := d.count(); m > 0 && d.err == nil; m-- {
+		var w waiter
+		d.fixed(w.lease[:])
+		w.seq = d.uvarint()
+		w.lockDelay = d.duration()
+		if d.version >= 5 {
+			w.oncePer = d.duration()
+		}
+		if d.version >= 6 {
+			w.shared = d.bool()
+		}
+		k.waiters = append(k.waiters, w)
+	}
+	return k
+}
+
+// checkLock checks a lock read from a snapshot against the state read so
+// far (leases, the tokens of other locks' grants, the waiting calls) and
+// records its holders and waiters in their leases.
+func (s *State) checkLock(d *decoder, k *lock, tokens map[uint64]bool, waiting map[waitingCall]bool) {
+	if len(k.grants) == 0 {
+		d.fail("lock %q has no grant held or delayed and should not be stored", k.name)
+		return
+	}
+	exclusive := 0
+	for i, g := range k.grants {
+		switch {
+		case i > 0 && compareGrants(k.grants[i-1], g) >= 0,
+			i > 0 && !g.shared && k.grants[i-1].slot == g.slot:
+			d.fail("lock %q has grants out of order or two in one slot", k.name)
+		case g.token == 0 || g.token > s.token || tokens[g.token]:
+			d.fail("lock %q has token %d: zero, repeated, or above the counter %d", k.name, g.token, s.token)
+		case g.lockDelay < 0 || g.lockDelay > MaxLockDelay:
+			d.fail("lock %q has a lock-delay of %v, outside 0…%v", k.name, g.lockDelay, MaxLockDelay)
+		case g.oncePer < 0 || g.oncePer > MaxOncePer || g.oncePer != 0 && g.delayed():
+			d.fail("lock %q has a once-per window of %v: outside 0…%v, or without a holder", k.name, g.oncePer, MaxOncePer)
+		case g.shared && (k.permits != 1 || g.slot != 0):
+			d.fail("lock %q has a shared grant but %d permits", k.name, k.permits)
+		}
+		tokens[g.token] = true
+		if !g.shared {
+			exclusive++
+		}
+		if g.delayed() {
+			continue
+		}
+		h := s.leases[g.holder]
+		if h == nil || len(h.holds) > 0 && h.holds[len(h.holds)-1] == k.name {
+			d.fail("lock %q is held by an unknown lease, or twice by one", k.name)
+			return
+		}
+		h.holds = append(h.holds, k.name) // names arrive sorted
+	}
+	if len(k.grants) > int(k.permits) && exclusive > 0 || k.permits == 1 && exclusive > 0 && len(k.grants) > 1 {
+		d.fail("lock %q has %d grants for %d permits", k.name, len(k.grants), k.permits)
+	}
+	for _, w := range k.waiters {
+		if w.lockDelay < 0 || w.lockDelay > MaxLockDelay || w.oncePer < 0 || w.oncePer > MaxOncePer || waiting[waitingCall{w.lease, w.seq}] {
+			d.fail("lock %q has a waiter with a bad lock-delay, or naming a call another waits with", k.name)
+			return
+		}
+		waiting[waitingCall{w.lease, w.seq}] = true
+		l := s.leases[w.lease]
+		if l == nil || k.heldBy(w.lease) >= 0 || slices.Contains(l.waits, k.name) || !l.queued(w.seq) || w.shared && k.permits != 1 {
+			d.fail("lock %q has a bad waiter", k.name)
+			return
+		}
+		l.waits = append(l.waits, k.name)
+	}
+	if len(k.waiters) > 0 && k.admits(k.waiters[0].shared) {
+		d.fail("lock %q has a waiter first in line whose grant fits", k.name)
+	}
+}
+
+// unmarshalRuns reads the runs section (version 5): records in name order,
+// each inside its window (the Tick that passes a window forgets it).
+func (s *State) unmarshalRuns(d *decoder) {
+	var last string
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		r := &run{}
+		r.name = d.string(MaxNameLen)
+		r.token = d.uvarint()
+		r.number = d.uvarint()
+		r.owner = d.string(MaxOwnerLen)
+		r.at = d.duration()
+		wall := d.uvarint()
+		r.window = d.duration()
+		switch {
+		case d.err != nil:
+			return
+		case len(s.runs) > 0 && r.name <= last || ValidName("lock name", r.name) != nil:
+			d.fail("run of %q out of order or badly named", r.name)
+		case r.token == 0 || r.token > s.token || r.number == 0 || r.number > s.leaseSeq || ValidOwner(r.owner) != nil:
+			d.fail("run of %q has a bad token, lease number or owner", r.name)
+		case wall == 0 || wall > 1<<63-1:
+			d.fail("run of %q has a bad wall clock", r.name)
+		case r.window <= 0 || r.window > MaxOncePer || r.at > s.clock || r.until() <= s.clock:
+			d.fail("run of %q at %v with window %v: outside 0…%v, after the clock %v, or past its window", r.name, r.at, r.window, MaxOncePer, s.clock)
+		}
+		r.wall, last = int64(wall), r.name
+		s.runs[r.name] = r
+		s.runOrder = append(s.runOrder, r)
+	}
+	slices.SortFunc(s.runOrder, compareRuns)
 }
 
 // waitingCall names a queued Acquire: its lease and call number.
@@ -317,8 +574,12 @@ func (s *State) validCall(m *calls, k call) bool {
 		return k.token >= 1 && k.token <= s.token
 	case k.kind == KindAcquire && k.code == AlreadyHeld: // the held lock's token, or 0: already waiting
 		return k.token <= s.token
-	case k.kind == KindAcquire:
-		return k.token == 0 && (k.code == Queued || k.code == LockHeld || k.code == Cancelled)
+	case k.kind == KindAcquire && k.code == RanRecently: // the recorded run's token
+		return k.token >= 1 && k.token <= s.token
+	case k.kind == KindAcquire && k.code == PermitsMismatch: // the lock's permit count then
+		return k.token >= 1 && k.token <= MaxPermits
+	case k.kind == KindAcquire: // NotHolder: a relock of a grant the lease did not hold
+		return k.token == 0 && (k.code == Queued || k.code == LockHeld || k.code == Cancelled || k.code == NotHolder)
 	case k.kind == KindRelease:
 		return k.token == 0 && (k.code == OK || k.code == NotHolder)
 	}
@@ -378,7 +639,9 @@ type LeaseView struct {
 	Waits     []string
 }
 
-// LockView is a read-only copy of a lock.
+// LockView is a read-only copy of a lock. Holder through DelayFrom
+// describe its first grant (by slot; a held one before a delayed one):
+// for a mutex, its one grant.
 type LockView struct {
 	Name        string
 	Holder      LeaseID // zero when free
@@ -389,6 +652,25 @@ type LockView struct {
 	Delayed     bool
 	DelayFrom   time.Duration // logical clock when the lock-delay began
 	Waiters     []LeaseID     // FIFO order
+	// WaitersShared says which waiters (same order) want a shared grant.
+	WaitersShared []bool
+	// Permits is the lock's permit count: 1 for a mutex or a read-write lock.
+	Permits uint32
+	// Grants are every grant held or in lock-delay, by slot then token.
+	Grants []GrantView
+}
+
+// GrantView is a read-only copy of one grant of a lock.
+type GrantView struct {
+	Holder      LeaseID // zero while delayed
+	HolderNum   uint64
+	HolderOwner string
+	Token       uint64
+	Slot        uint32
+	Shared      bool
+	LockDelay   time.Duration
+	Delayed     bool
+	DelayFrom   time.Duration // logical clock when the lock-delay began (delayed grants)
 }
 
 // Token returns the last token granted (0 before the first grant).
@@ -436,6 +718,40 @@ func (s *State) LeaseTimes(fn func(id LeaseID, ttl, renewedAt time.Duration, ren
 	}
 }
 
+// LeaseIDs appends the id of every live lease to dst, in no particular
+// order, and returns it: what a new leader walks, a chunk at a time, to
+// build its deadlines (LeaseTime reads each one's times as it gets there).
+func (s *State) LeaseIDs(dst []LeaseID) []LeaseID {
+	for id := range s.leases {
+		dst = append(dst, id)
+	}
+	return dst
+}
+
+// LeaseTime returns what a new leader needs for one lease's deadline: its
+// TTL, the logical clock at its creation or last renewal, and its renewal
+// count; ok is false if the lease does not live.
+func (s *State) LeaseTime(id LeaseID) (ttl, renewedAt time.Duration, renewals uint64, ok bool) {
+	l := s.leases[id]
+	if l == nil {
+		return 0, 0, 0, false
+	}
+	return l.ttl, l.renewedAt, l.renewals, true
+}
+
+// DelayedGrants calls fn for every grant in lock-delay, in no particular
+// order, with its lock's name, its token, its lock-delay and the logical
+// clock when the delay began: cheaper than Locks (no sort, no views).
+func (s *State) DelayedGrants(fn func(name string, token uint64, lockDelay, delayFrom time.Duration)) {
+	for _, k := range s.locks {
+		for i := range k.grants {
+			if g := &k.grants[i]; g.delayed() {
+				fn(k.name, g.token, g.lockDelay, g.delayFrom)
+			}
+		}
+	}
+}
+
 func (l *lease) view() LeaseView {
 	return LeaseView{ID: l.id, Number: l.number, TTL: l.ttl, Owner: l.owner, Identity: l.identity, Renewals: l.renewals,
 		RenewedAt: l.renewedAt, Holds: slices.Clone(l.holds), Waits: slices.Clone(l.waits)}
@@ -447,15 +763,51 @@ func (s *State) Lock(name string) (LockView, bool) {
 	if k == nil {
 		return LockView{}, false
 	}
-	v := LockView{Name: k.name, Holder: k.holder, Token: k.token, LockDelay: k.lockDelay,
-		Delayed: k.delayed, DelayFrom: k.delayFrom}
-	if h := s.leases[k.holder]; h != nil {
-		v.HolderNum, v.HolderOwner = h.number, h.owner
+	v := LockView{Name: k.name, Permits: k.permits}
+	for _, g := range k.grants {
+		gv := GrantView{Holder: g.holder, Token: g.token, Slot: g.slot, Shared: g.shared, LockDelay: g.lockDelay,
+			Delayed: g.delayed(), DelayFrom: g.delayFrom}
+		if h := s.leases[g.holder]; h != nil {
+			gv.HolderNum, gv.HolderOwner = h.number, h.owner
+		}
+		v.Grants = append(v.Grants, gv)
+	}
+	if g, ok := k.first(); ok {
+		f := v.Grants[slices.IndexFunc(v.Grants, func(gv GrantView) bool { return gv.Token == g.token })]
+		v.Holder, v.HolderNum, v.HolderOwner, v.Token = f.Holder, f.HolderNum, f.HolderOwner, f.Token
+		v.LockDelay, v.Delayed, v.DelayFrom = f.LockDelay, f.Delayed, f.DelayFrom
 	}
 	for _, w := range k.waiters {
 		v.Waiters = append(v.Waiters, w.lease)
+		v.WaitersShared = append(v.WaitersShared, w.shared)
 	}
 	return v, true
+}
+
+// QueuedView is one waiter of a lock as read calls show it: the waiting
+// lease's public number and owner (never its secret id).
+type QueuedView struct {
+	Number uint64
+	Owner  string
+	Shared bool // a reader of a read-write lock
+}
+
+// Queue returns who waits for the lock called name, in FIFO order (the first
+// is granted next); nil if nobody does. A lease waits at most once per lock.
+// Lock leaves the owners out (Waiters: ids only) so that listing many locks
+// does not look up every waiter's lease; Queue is the one-lock read that does.
+func (s *State) Queue(name string) []QueuedView {
+	k := s.locks[name]
+	if k == nil || len(k.waiters) == 0 {
+		return nil
+	}
+	q := make([]QueuedView, 0, len(k.waiters))
+	for _, w := range k.waiters {
+		if l := s.leases[w.lease]; l != nil { // always (a lease leaves its queues as it ends), but a read never panics
+			q = append(q, QueuedView{Number: l.number, Owner: l.owner, Shared: w.shared})
+		}
+	}
+	return q
 }
 
 // Locks returns every lock, in name order.
@@ -505,4 +857,14 @@ func (s *State) NumWaiters() int {
 		n += len(k.waiters)
 	}
 	return n
+}
+
+// Queues calls fn with every lock that has queued acquires and their
+// number, in no particular order.
+func (s *State) Queues(fn func(name string, waiters int)) {
+	for _, k := range s.locks {
+		if len(k.waiters) > 0 {
+			fn(k.name, len(k.waiters))
+		}
+	}
 }

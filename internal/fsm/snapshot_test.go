@@ -33,9 +33,20 @@ type snapLock struct {
 	holder    LeaseID
 	token     uint64
 	lockDelay time.Duration
+	oncePer   time.Duration // version 5 on
 	delayed   bool
 	delayFrom time.Duration
-	waiters   []waiter
+	waiters   []waiter // oncePer: version 5 on
+}
+
+// snapRun is a recorded run (version 5 on).
+type snapRun struct {
+	name          string
+	token, number uint64
+	owner         string
+	at            time.Duration
+	wall          uint64
+	window        time.Duration
 }
 
 type snapKV struct {
@@ -54,6 +65,7 @@ type snap struct {
 	locks    []snapLock
 	kv       []snapKV
 	nodes    []snapNode
+	runs     []snapRun // version 5 on
 	trailing []byte
 }
 
@@ -97,6 +109,9 @@ func (s snap) bytes() []byte {
 		b = append(b, k.holder[:]...)
 		b = putUvarint(b, k.token)
 		b = putUvarint(b, uint64(k.lockDelay))
+		if s.version >= 5 {
+			b = putUvarint(b, uint64(k.oncePer))
+		}
 		if k.delayed {
 			b = append(b, 1)
 		} else {
@@ -108,6 +123,9 @@ func (s snap) bytes() []byte {
 			b = append(b, w.lease[:]...)
 			b = putUvarint(b, w.seq)
 			b = putUvarint(b, uint64(w.lockDelay))
+			if s.version >= 5 {
+				b = putUvarint(b, uint64(w.oncePer))
+			}
 		}
 	}
 	b = putUvarint(b, uint64(len(s.kv)))
@@ -120,6 +138,18 @@ func (s snap) bytes() []byte {
 	for _, n := range s.nodes {
 		b = putString(b, n.id)
 		b = putString(b, n.addr)
+	}
+	if s.version >= 5 {
+		b = putUvarint(b, uint64(len(s.runs)))
+		for _, r := range s.runs {
+			b = putString(b, r.name)
+			b = putUvarint(b, r.token)
+			b = putUvarint(b, r.number)
+			b = putString(b, r.owner)
+			b = putUvarint(b, uint64(r.at))
+			b = putUvarint(b, r.wall)
+			b = putUvarint(b, uint64(r.window))
+		}
 	}
 	return append(b, s.trailing...)
 }
@@ -262,7 +292,7 @@ func TestUnmarshalRefuses(t *testing.T) {
 		name string
 		edit func(*snap)
 	}{
-		{"newer version", func(s *snap) { s.version = 5 }},
+		{"newer version", func(s *snap) { s.version = 6 }},
 		{"trailing byte", func(s *snap) { s.trailing = []byte{0} }},
 		{"clock above 2^62", func(s *snap) { s.clock = 1<<62 + 1 }},
 		// leases
@@ -423,5 +453,161 @@ func TestRaiseToken(t *testing.T) {
 	}
 	if got := applyAll(r, cmdAcquire(1, 3, "next", false)); got.Code != OK || got.Token != 5001 {
 		t.Fatalf("first grant after a floor of 5000: %v token %d, want 5001", got.Code, got.Token)
+	}
+}
+
+// onceSnap is baseSnap in version 5: lock "a"'s grant has a window of a
+// day, lock "b"'s waiter one of an hour, and "c" ran at 4s (token 3, by
+// lease #1, wall 1000) with a window of 7s: kept until 11s, the clock is 10s.
+func onceSnap() snap {
+	s := baseSnap()
+	s.version = 5
+	s.locks[0].oncePer = 24 * time.Hour
+	s.locks[1].waiters[0].oncePer = time.Hour
+	s.runs = []snapRun{{name: "c", token: 3, number: 1, owner: "me", at: 4 * time.Second, wall: 1000, window: 7 * time.Second}}
+	return s
+}
+
+// TestUnmarshalVersion5: the once-per parts of a snapshot decode to what
+// they say and marshal back; a state without them is written in version 4
+// (or 3), and one whose last record is forgotten goes back to it.
+func TestUnmarshalVersion5(t *testing.T) {
+	b := onceSnap().bytes()
+	s, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RunView{Name: "c", Token: 3, LeaseNumber: 1, Owner: "me", At: 4 * time.Second, Age: 6 * time.Second, Wall: 1000, Window: 7 * time.Second}
+	if r, ok := s.Run("c"); !ok || r != want || s.NumRuns() != 1 {
+		t.Fatalf("run %+v %v, want %+v", r, ok, want)
+	}
+	if !bytes.Equal(s.Marshal(nil), b) {
+		t.Fatal("does not marshal back to itself")
+	}
+	// The run of "c" is inside a window of 7s, not of 6s.
+	for window, code := range map[time.Duration]Code{7 * time.Second: RanRecently, 6 * time.Second: OK} {
+		restored, _ := Unmarshal(b)
+		r := restored.Apply(&Command{Kind: KindAcquire, RequestID: RequestID{20}, Lease: LeaseID{2}, Seq: 3, Ack: 3, Name: "c", OncePer: window})
+		if r.Code != code {
+			t.Fatalf("window %v: %v, want %v", window, r.Code, code)
+		}
+	}
+	// "a"'s grant keeps its window: its release with Ran records a run kept
+	// a day.
+	s.Apply(&Command{Kind: KindTick, Elapsed: time.Second}) // 11s: "c"'s record is forgotten
+	if s.NumRuns() != 0 || s.Marshal(nil)[0] != 5 {
+		t.Fatalf("runs %d, version %d", s.NumRuns(), s.Marshal(nil)[0])
+	}
+	if r := s.Apply(&Command{Kind: KindRelease, RequestID: RequestID{30}, Lease: LeaseID{1}, Seq: 4, Ack: 3, Name: "a", Ran: true, Wall: 2000}); r.Code != OK {
+		t.Fatalf("release a: %v %s", r.Code, r.Reason)
+	}
+	if r, ok := s.Run("a"); !ok || r.Window != 24*time.Hour || r.Token != 5 {
+		t.Fatalf("run of a: %+v %v", r, ok)
+	}
+	// Without once-per parts, version 4 (base has an identity).
+	if v := baseSnap().bytes(); func() byte { st, _ := Unmarshal(v); return st.Marshal(nil)[0] }() != 4 {
+		t.Fatal("a state without once-per parts is not written as version 4")
+	}
+}
+
+// TestUnmarshalVersion5Refuses: each once-per rule broken once.
+func TestUnmarshalVersion5Refuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*snap)
+	}{
+		{"version 5 with nothing of once-per", func(s *snap) { s.locks[0].oncePer, s.locks[1].waiters[0].oncePer, s.runs = 0, 0, nil }},
+		{"version 4 with a call answered ran recently", func(s *snap) {
+			*s = baseSnap()
+			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: RanRecently, token: 3}
+		}},
+		{"ran recently without a token", func(s *snap) {
+			s.leases[1].calls[1] = call{seq: 2, req: RequestID{13}, kind: KindAcquire, code: RanRecently}
+		}},
+		{"a window on a free lock", func(s *snap) {
+			s.locks = append(s.locks, snapLock{name: "c", token: 3, delayed: true, oncePer: time.Hour})
+		}},
+		{"a grant's window above the limit", func(s *snap) { s.locks[0].oncePer = MaxOncePer + 1 }},
+		{"a waiter's window above the limit", func(s *snap) { s.locks[1].waiters[0].oncePer = MaxOncePer + 1 }},
+		{"run past its window", func(s *snap) { s.runs[0].window = 6 * time.Second }},
+		{"run after the clock", func(s *snap) { s.runs[0].at = 11 * time.Second }},
+		{"run with no window", func(s *snap) { s.runs[0].window, s.runs[0].at = 0, 10*time.Second }},
+		{"run window above the limit", func(s *snap) { s.runs[0].window = MaxOncePer + 1 }},
+		{"runs out of order", func(s *snap) {
+			s.runs = append(s.runs, snapRun{name: "b", token: 2, number: 1, at: 9 * time.Second, wall: 1, window: time.Hour})
+		}},
+		{"runs repeat a name", func(s *snap) { s.runs = append(s.runs, s.runs[0]) }},
+		{"run with token 0", func(s *snap) { s.runs[0].token = 0 }},
+		{"run with a token above the counter", func(s *snap) { s.runs[0].token = 6 }},
+		{"run with lease number 0", func(s *snap) { s.runs[0].number = 0 }},
+		{"run with a lease number above the last", func(s *snap) { s.runs[0].number = 3 }},
+		{"run with wall 0", func(s *snap) { s.runs[0].wall = 0 }},
+		{"run with a wall above 2^63-1", func(s *snap) { s.runs[0].wall = 1 << 63 }},
+		{"run with a bad name", func(s *snap) { s.runs[0].name = "a\nb" }},
+		{"run with a bad owner", func(s *snap) { s.runs[0].owner = "a\x00b" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := onceSnap()
+			tc.edit(&s)
+			if st, err := Unmarshal(s.bytes()); !errors.Is(err, ErrCorrupt) || st != nil {
+				t.Fatalf("accepted (%v)", err)
+			}
+		})
+	}
+}
+
+// TestUnmarshalVersion6: a state with a semaphore, readers and a queued
+// writer round-trips in version 6; the same state without them is written
+// in version 5 or older, and its version-6 encoding is refused (a version
+// claiming more than the state needs), as are broken version-6 locks.
+func TestUnmarshalVersion6(t *testing.T) {
+	s := withHistory(t, []Command{cmdCreate(1, 1), cmdCreate(2, 2), cmdCreate(3, 3), cmdAcquire(1, 4, "m", false),
+		cmdSem(1, 5, "s", false, 2), cmdSem(2, 6, "s", false, 2), cmdSem(3, 7, "s", true, 2),
+		cmdRead(1, 8, "rw", false), cmdRead(2, 9, "rw", false), cmdAcquire(3, 10, "rw", true)})
+	b := s.Marshal(nil)
+	if b[0] != 6 {
+		t.Fatalf("version %d, want 6", b[0])
+	}
+	back, err := Unmarshal(b)
+	if err != nil || !bytes.Equal(back.Marshal(nil), b) {
+		t.Fatalf("round trip: %v", err)
+	}
+	wantGrants(t, back, "s", grantRow{1, 2, 0, false, false}, grantRow{2, 3, 1, false, false})
+	wantGrants(t, back, "rw", grantRow{1, 4, 0, true, false}, grantRow{2, 5, 0, true, false})
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(s *State)
+	}{
+		{"two grants in one slot", func(s *State) { s.locks["s"].grants[1].slot = 0 }},
+		{"a slot beyond the permits", func(s *State) { s.locks["s"].grants[1].slot = 2 }},
+		{"more grants than permits", func(s *State) { s.locks["s"].permits = 1 }},
+		{"a shared grant in a semaphore", func(s *State) { s.locks["s"].grants[0].shared = true }},
+		{"a writer beside readers", func(s *State) { s.locks["rw"].grants[1].shared = false }},
+		{"a first waiter whose grant fits", func(s *State) { s.locks["rw"].waiters[0].shared = true }},
+		{"a shared waiter of a semaphore", func(s *State) { s.locks["s"].waiters[0].shared = true }},
+		{"zero permits", func(s *State) { s.locks["s"].permits = 0 }},
+		{"two grants of one lease", func(s *State) { s.locks["rw"].grants[1].holder = id(1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := Unmarshal(b)
+			tc.mutate(c)
+			if _, err := Unmarshal(c.marshal(nil, 6, nil)); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("accepted: %v", err)
+			}
+		})
+	}
+
+	for _, c := range []Command{cmdRelease(1, 11, "s"), cmdRelease(2, 12, "s"), cmdRelease(3, 13, "s"), cmdRelease(1, 14, "rw"),
+		cmdRelease(2, 15, "rw"), cmdRelease(3, 16, "rw")} {
+		if r := s.Apply(&c); r.Code != OK {
+			t.Fatalf("%v: %v", c.Kind, r.Code)
+		}
+	}
+	if b := s.Marshal(nil); b[0] != 3 {
+		t.Fatalf("a state of mutexes only is written in version %d, want 3", b[0])
+	}
+	if _, err := Unmarshal(s.marshal(nil, 6, nil)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a version-6 snapshot of a version-3 state: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -17,8 +18,10 @@ type State struct {
 	leases   map[LeaseID]*lease
 	locks    map[string]*lock
 	kv       map[string]*entry
-	created  map[RequestID]LeaseID // CreateLease request → lease, while the lease lives
-	nodes    map[string]string     // node id → client (gRPC) address
+	created  map[RequestID]*lease // CreateLease request → lease, while the lease lives (a pointer: 8 bytes a lease less than its id)
+	nodes    map[string]string    // node id → client (gRPC) address
+	runs     map[string]*run      // lock name → its last recorded run, inside that run's window
+	runOrder []*run               // the records of runs, by compareRuns (derived from runs)
 }
 
 type lease struct {
@@ -35,21 +38,88 @@ type lease struct {
 	calls     calls         // the memory of its clients' calls
 }
 
+// lock is a mutex, a semaphore of permits slots, or a read-write lock (a
+// lock of one permit whose grants may be shared). permits is fixed while
+// the lock exists; the lock is forgotten when idle (no grant held or
+// delayed, nobody waiting), and the next Acquire of its name sets it anew.
 type lock struct {
-	name      string
-	holder    LeaseID       // zero: free (then delayed, or about to be deleted)
-	token     uint64        // token of the current or last grant
-	lockDelay time.Duration // of the current grant
-	delayed   bool          // free, in lock-delay after an expiry
-	delayFrom time.Duration // logical clock when the delay began
-	waiters   []waiter      // FIFO
+	name    string
+	permits uint32  // 1: a mutex or a read-write lock; N ≥ 2: a semaphore
+	grants  []grant // held or in lock-delay, by slot then token
+	waiters []waiter
 }
+
+// grant is one permit of a lock: held by a lease, or, after its holder's
+// lease expired with a lock-delay, delayed (zero holder) until GrantNext
+// names its token.
+type grant struct {
+	holder    LeaseID       // zero: delayed
+	token     uint64        // never reused: every grant has its own
+	slot      uint32        // 0…permits−1, the lowest free when granted; 0 for a shared grant
+	shared    bool          // a reader's grant of a read-write lock
+	lockDelay time.Duration // applies if the holder's lease expires
+	oncePer   time.Duration // a release with Ran records a run kept this long (held grants only)
+	delayFrom time.Duration // logical clock when the lock-delay began
+}
+
+func (g *grant) delayed() bool { return g.holder.IsZero() }
 
 type waiter struct {
 	lease     LeaseID
 	seq       uint64 // of the Acquire that waits
 	lockDelay time.Duration
+	oncePer   time.Duration // of the Acquire: refused at its turn if a run is recorded inside it
+	shared    bool          // a reader of a read-write lock
 }
+
+// heldBy returns the index of the grant lease id holds, or -1.
+func (k *lock) heldBy(id LeaseID) int {
+	if id.IsZero() {
+		return -1
+	}
+	return slices.IndexFunc(k.grants, func(g grant) bool { return g.holder == id })
+}
+
+// grantWith returns the index of the grant with token (held or delayed), or -1.
+func (k *lock) grantWith(token uint64) int {
+	return slices.IndexFunc(k.grants, func(g grant) bool { return g.token == token })
+}
+
+// admits reports whether a grant of the given mode fits beside k's grants
+// (held or delayed): an exclusive one needs a free slot; a shared one needs
+// a lock of one permit with no exclusive grant.
+func (k *lock) admits(shared bool) bool {
+	if !shared {
+		return len(k.grants) < int(k.permits)
+	}
+	return k.permits == 1 && !slices.ContainsFunc(k.grants, func(g grant) bool { return !g.shared })
+}
+
+// freeSlot returns the lowest slot no grant of k takes (0 for a shared grant).
+func (k *lock) freeSlot(shared bool) uint32 {
+	if shared {
+		return 0
+	}
+	var slot uint32
+	for _, g := range k.grants { // sorted by slot
+		if g.slot != slot {
+			break
+		}
+		slot++
+	}
+	return slot
+}
+
+// compareGrants orders grants by slot, then token.
+func compareGrants(a, b grant) int {
+	if c := cmp.Compare(a.slot, b.slot); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.token, b.token)
+}
+
+// permitsOf is the permit count an Acquire asks for (0 in a command: 1).
+func permitsOf(c *Command) uint32 { return max(c.Permits, 1) }
 
 type entry struct {
 	value []byte
@@ -62,8 +132,9 @@ func New() *State {
 		leases:  map[LeaseID]*lease{},
 		locks:   map[string]*lock{},
 		kv:      map[string]*entry{},
-		created: map[RequestID]LeaseID{},
+		created: map[RequestID]*lease{},
 		nodes:   map[string]string{},
+		runs:    map[string]*run{},
 	}
 }
 
@@ -96,11 +167,15 @@ func (s *State) Apply(c *Command) Result {
 		return s.cancelWait(c)
 	case KindGrantNext:
 		k := s.locks[c.Name]
-		if k == nil || !k.delayed || k.token != c.Token {
+		i := -1
+		if k != nil {
+			i = k.grantWith(c.Token)
+		}
+		if i < 0 || !k.grants[i].delayed() {
 			return Result{Code: NotWaiting}
 		}
-		k.delayed = false
-		r := Result{Events: []Event{{Kind: DelayEnded, Name: k.name, Token: k.token}}}
+		k.grants = slices.Delete(k.grants, i, i+1)
+		r := Result{Events: []Event{{Kind: DelayEnded, Name: k.name, Token: c.Token}}}
 		s.handOff(k, &r)
 		return r
 	case KindForceRelease:
@@ -109,6 +184,7 @@ func (s *State) Apply(c *Command) Result {
 		return s.put(c)
 	case KindTick:
 		s.clock += c.Elapsed
+		s.pruneRuns()
 		return Result{Code: OK}
 	case KindSetNode:
 		s.nodes[c.Name] = c.Addr
@@ -118,8 +194,7 @@ func (s *State) Apply(c *Command) Result {
 }
 
 func (s *State) createLease(c *Command) Result {
-	if id, ok := s.created[c.RequestID]; ok {
-		l := s.leases[id]
+	if l, ok := s.created[c.RequestID]; ok {
 		if l.identity != c.Identity {
 			// A retry answers only its own creator: another identity that
 			// learnt the request id gets nothing of the lease.
@@ -136,7 +211,7 @@ func (s *State) createLease(c *Command) Result {
 	l := &lease{id: c.Lease, number: s.leaseSeq, ttl: c.TTL, owner: c.Owner, identity: c.Identity,
 		createReq: c.RequestID, renewedAt: s.clock}
 	s.leases[l.id] = l
-	s.created[c.RequestID] = l.id
+	s.created[c.RequestID] = l
 	return Result{Code: OK, Lease: l.id, LeaseNumber: l.number, TTL: l.ttl,
 		Events: []Event{{Kind: LeaseStarted, Lease: l.id, Number: l.number, TTL: l.ttl}}}
 }
@@ -146,14 +221,16 @@ func (s *State) renew(c *Command) Result {
 	if l == nil {
 		return Result{Code: LeaseNotFound}
 	}
+	slack := l.renewedAt + l.ttl - s.clock
 	l.renewals++
 	l.renewedAt = s.clock
 	held := make([]uint64, len(l.holds))
 	for i, name := range l.holds {
-		held[i] = s.locks[name].token
+		k := s.locks[name]
+		held[i] = k.grants[k.heldBy(l.id)].token
 	}
 	return Result{Code: OK, LeaseNumber: l.number, TTL: l.ttl, Held: held,
-		Events: []Event{{Kind: LeaseRenewed, Lease: l.id, Number: l.number, TTL: l.ttl, Renewals: l.renewals}}}
+		Events: []Event{{Kind: LeaseRenewed, Lease: l.id, Number: l.number, TTL: l.ttl, Renewals: l.renewals, Slack: slack}}}
 }
 
 // endLease removes a lease, leaves its queues and releases its locks: at once
@@ -177,19 +254,23 @@ func (s *State) endLease(id LeaseID, expired bool) Result {
 		r.Events = append(r.Events, Event{Kind: WaitEnded, Name: name, Lease: id, Number: l.number, Owner: l.owner,
 			Seq: k.waiters[i].seq, Cause: cause})
 		k.waiters = slices.Delete(k.waiters, i, i+1)
-		s.forgetIfIdle(k)
+		s.handOff(k, &r) // readers behind a writer who left may go in now
 	}
 	for _, name := range l.holds {
 		k := s.locks[name]
-		k.holder = LeaseID{}
+		i := k.heldBy(id)
+		g := &k.grants[i]
 		r.Released = append(r.Released, name)
 		r.Events = append(r.Events, Event{Kind: Released, Name: name, Lease: id, Number: l.number, Owner: l.owner,
-			Token: k.token, Cause: cause})
-		if expired && k.lockDelay > 0 {
-			k.delayed, k.delayFrom = true, s.clock
-			r.Events = append(r.Events, Event{Kind: DelayStarted, Name: name, Delay: k.lockDelay, Token: k.token})
+			Token: g.token, Slot: g.slot, Shared: g.shared, Cause: cause})
+		if expired && g.lockDelay > 0 {
+			// The permit stays taken for its lock-delay: the next grant
+			// of it cannot overlap a paused holder's late work so soon.
+			g.holder, g.oncePer, g.delayFrom = LeaseID{}, 0, s.clock
+			r.Events = append(r.Events, Event{Kind: DelayStarted, Name: name, Delay: g.lockDelay, Token: g.token, Slot: g.slot, Shared: g.shared})
 			continue
 		}
+		k.grants = slices.Delete(k.grants, i, i+1)
 		s.handOff(k, &r)
 	}
 	delete(s.leases, id)
@@ -223,20 +304,27 @@ func (s *State) leaseCall(c *Command) Result {
 		return Result{Code: TooManyCalls, LeaseNumber: l.number}
 	}
 	var r Result
-	if c.Kind == KindAcquire {
+	switch {
+	case c.ReleaseToken != 0:
+		r = s.relock(l, c)
+	case c.Kind == KindAcquire:
 		r = s.acquire(l, c)
-	} else {
+	default:
 		r = s.release(l, c)
 	}
 	m.remember(call{seq: c.Seq, req: c.RequestID, kind: c.Kind, code: r.Code, token: rememberedToken(r)})
 	return r
 }
 
-// rememberedToken is the token a call's memory keeps: the grant's (OK) or
-// the held lock's (AlreadyHeld); zero otherwise.
+// rememberedToken is the token a call's memory keeps: the grant's (OK),
+// the held lock's (AlreadyHeld) or the recorded run's (RanRecently); for
+// PermitsMismatch, the lock's permit count; zero otherwise.
 func rememberedToken(r Result) uint64 {
-	if r.Code == OK || r.Code == AlreadyHeld {
+	switch r.Code {
+	case OK, AlreadyHeld, RanRecently:
 		return r.Token
+	case PermitsMismatch:
+		return uint64(r.Permits)
 	}
 	return 0
 }
@@ -246,34 +334,56 @@ func rememberedToken(r Result) uint64 {
 func (s *State) recall(l *lease, k call, c *Command) Result {
 	r := Result{Code: k.code, LeaseNumber: l.number, Token: k.token}
 	if k.kind != KindAcquire || k.code != OK {
-		if k.code == LockHeld { // who holds it now, as the first answer said who held it then
+		switch k.code {
+		case LockHeld: // who holds it now, as the first answer said who held it then
 			r.LeaseNumber = 0
 			s.describeHolder(s.locks[c.Name], &r)
+		case RanRecently: // the run, while it is recorded (it may be a later one now)
+			r.LeaseNumber = 0
+			if run := s.runs[c.Name]; run != nil {
+				r.Token, r.Run = run.token, run.view(s.clock)
+			}
+		case PermitsMismatch: // the count the lock had then
+			r.Token, r.Permits = 0, uint32(k.token)
 		}
 		return r
 	}
-	if h := s.locks[c.Name]; h == nil || h.holder != l.id || h.token != k.token {
-		r.Code = Ended
+	h := s.locks[c.Name]
+	i := -1
+	if h != nil {
+		i = h.grantWith(k.token)
 	}
+	if i < 0 || h.grants[i].holder != l.id {
+		r.Code = Ended
+		return r
+	}
+	r.Slot, r.Shared = h.grants[i].slot, h.grants[i].shared
 	return r
 }
 
 func (s *State) acquire(l *lease, c *Command) Result {
 	k := s.locks[c.Name]
-	if k != nil && k.holder == l.id {
-		return Result{Code: AlreadyHeld, Token: k.token, LeaseNumber: l.number}
+	if k != nil && k.permits != permitsOf(c) {
+		return Result{Code: PermitsMismatch, Permits: k.permits, LeaseNumber: l.number}
+	}
+	if i := k.heldByOrNone(l.id); i >= 0 {
+		return Result{Code: AlreadyHeld, Token: k.grants[i].token, LeaseNumber: l.number}
 	}
 	if k != nil && slices.ContainsFunc(k.waiters, func(w waiter) bool { return w.lease == l.id }) {
 		return Result{Code: AlreadyHeld, LeaseNumber: l.number}
 	}
+	if run := s.ranWithin(c.Name, c.OncePer); run != nil {
+		return s.ranRecently(run)
+	}
 	if k == nil {
-		k = &lock{name: c.Name}
+		k = &lock{name: c.Name, permits: permitsOf(c)}
 		s.locks[c.Name] = k
 	}
-	if k.holder.IsZero() && !k.delayed {
+	w := waiter{lease: l.id, seq: c.Seq, lockDelay: c.LockDelay, oncePer: c.OncePer, shared: c.Shared}
+	if len(k.waiters) == 0 && k.admits(c.Shared) { // FIFO: nobody waiting ahead
 		var r Result
-		s.grant(k, l, c.LockDelay, &r)
-		r.Code, r.Token, r.LeaseNumber = OK, k.token, l.number
+		g := s.grant(k, l, w, &r)
+		r.Code, r.Token, r.Slot, r.Shared, r.LeaseNumber = OK, g.token, g.slot, g.shared, l.number
 		return r
 	}
 	if !c.Wait {
@@ -281,7 +391,7 @@ func (s *State) acquire(l *lease, c *Command) Result {
 		s.describeHolder(k, &r)
 		return r
 	}
-	k.waiters = append(k.waiters, waiter{lease: l.id, seq: c.Seq, lockDelay: c.LockDelay})
+	k.waiters = append(k.waiters, w)
 	l.waits = insertSorted(l.waits, k.name)
 	return Result{Code: Queued, LeaseNumber: l.number,
 		Events: []Event{{Kind: WaitStarted, Name: k.name, Lease: l.id, Number: l.number, Owner: l.owner, Seq: c.Seq}}}
@@ -292,28 +402,86 @@ func (s *State) describeHolder(k *lock, r *Result) {
 	if k == nil {
 		return
 	}
-	r.Token, r.Delayed = k.token, k.delayed
-	if h := s.leases[k.holder]; h != nil {
+	g, ok := k.first()
+	if !ok {
+		return
+	}
+	r.Token, r.Delayed = g.token, g.delayed()
+	if h := s.leases[g.holder]; h != nil {
 		r.LeaseNumber, r.Owner = h.number, h.owner
 	}
 }
 
+// first returns the grant a refusal describes: the first held (by slot),
+// else the first delayed.
+func (k *lock) first() (grant, bool) {
+	if i := slices.IndexFunc(k.grants, func(g grant) bool { return !g.delayed() }); i >= 0 {
+		return k.grants[i], true
+	}
+	if len(k.grants) > 0 {
+		return k.grants[0], true
+	}
+	return grant{}, false
+}
+
+// heldByOrNone is heldBy on a lock that may not exist.
+func (k *lock) heldByOrNone(id LeaseID) int {
+	if k == nil {
+		return -1
+	}
+	return k.heldBy(id)
+}
+
 func (s *State) release(l *lease, c *Command) Result {
 	k := s.locks[c.Name]
-	if k == nil || k.holder != l.id {
+	i := k.heldByOrNone(l.id)
+	if i < 0 {
 		return Result{Code: NotHolder, LeaseNumber: l.number}
 	}
 	r := Result{Code: OK, LeaseNumber: l.number}
-	s.unhold(k, l, CauseReleased, &r)
+	if c.Ran {
+		s.recordRun(k.name, &k.grants[i], l, c.Wall) // before the hand-off: the next waiter's window sees it
+	}
+	s.unhold(k, i, l, CauseReleased, &r)
 	return r
 }
 
-// unhold ends the grant of k held by l and hands k on at once.
-func (s *State) unhold(k *lock, l *lease, cause Cause, r *Result) {
+// relock releases l's grant of c.Name with token c.ReleaseToken and
+// acquires the name again, in one command: exactly a Release followed by
+// an Acquire (the waiters already queued are granted first, then the
+// caller is granted with a new token if its grant fits and nobody waits
+// ahead, or joins the back of the queue). Everything that would refuse the
+// Acquire is checked before anything changes, so the command is atomic: a
+// grant the lease does not hold (ended, delayed, another token: NotHolder)
+// or another permit count (PermitsMismatch) leaves the state as it was.
+// Validate guarantees Wait and no once-per window, so after the release
+// the Acquire can only grant or queue.
+func (s *State) relock(l *lease, c *Command) Result {
+	k := s.locks[c.Name]
+	i := -1
+	if k != nil {
+		i = k.grantWith(c.ReleaseToken)
+	}
+	if i < 0 || k.grants[i].holder != l.id {
+		return Result{Code: NotHolder, LeaseNumber: l.number}
+	}
+	if k.permits != permitsOf(c) {
+		return Result{Code: PermitsMismatch, Permits: k.permits, LeaseNumber: l.number}
+	}
+	var released Result
+	s.unhold(k, i, l, CauseReleased, &released)
+	r := s.acquire(l, c)
+	r.Events = append(released.Events, r.Events...)
+	return r
+}
+
+// unhold ends grant i of k, held by l, and hands k on at once.
+func (s *State) unhold(k *lock, i int, l *lease, cause Cause, r *Result) {
+	g := k.grants[i]
 	r.Events = append(r.Events, Event{Kind: Released, Name: k.name, Lease: l.id, Number: l.number, Owner: l.owner,
-		Token: k.token, Cause: cause})
+		Token: g.token, Slot: g.slot, Shared: g.shared, Cause: cause})
 	l.holds = removeSorted(l.holds, k.name)
-	k.holder = LeaseID{}
+	k.grants = slices.Delete(k.grants, i, i+1)
 	s.handOff(k, r)
 }
 
@@ -322,12 +490,17 @@ func (s *State) unhold(k *lock, l *lease, cause Cause, r *Result) {
 // duplicate cannot end the next holder's grant.
 func (s *State) forceRelease(c *Command) Result {
 	k := s.locks[c.Name]
-	if k == nil || k.holder.IsZero() || k.token != c.Token {
+	i := -1
+	if k != nil {
+		i = k.grantWith(c.Token)
+	}
+	if i < 0 || k.grants[i].delayed() {
 		return Result{Code: Ended}
 	}
-	l := s.leases[k.holder]
-	r := Result{Code: OK, LeaseNumber: l.number, Owner: l.owner, Token: k.token, Released: []string{k.name}}
-	s.unhold(k, l, CauseForced, &r)
+	l := s.leases[k.grants[i].holder]
+	r := Result{Code: OK, LeaseNumber: l.number, Owner: l.owner, Token: c.Token, Slot: k.grants[i].slot,
+		Released: []string{k.name}}
+	s.unhold(k, i, l, CauseForced, &r)
 	return r
 }
 
@@ -344,9 +517,10 @@ func (s *State) cancelWait(c *Command) Result {
 	l := s.leases[c.Lease]
 	l.waits = removeSorted(l.waits, k.name)
 	l.calls.settle(c.Seq, Cancelled, 0)
-	s.forgetIfIdle(k)
-	return Result{Code: OK, LeaseNumber: l.number,
+	r := Result{Code: OK, LeaseNumber: l.number,
 		Events: []Event{{Kind: WaitCancelled, Lease: l.id, Number: l.number, Owner: l.owner, Name: c.Name, Seq: c.Seq}}}
+	s.handOff(k, &r) // readers behind a writer who left may go in now
+	return r
 }
 
 func (s *State) put(c *Command) Result {
@@ -362,40 +536,55 @@ func (s *State) put(c *Command) Result {
 		s.kv[c.Name] = e
 	}
 	e.value, e.token = slices.Clone(c.Value), c.Token
-	return Result{Code: OK, Token: c.Token}
+	return Result{Code: OK, Token: c.Token, Events: []Event{{Kind: Written, Name: c.Name, Token: c.Token, Value: e.value}}}
 }
 
-// handOff grants a free, undelayed lock to its first waiter, or forgets the
-// lock when nobody waits. Every waiter's lease is alive: a lease leaves all
-// queues in the same command that ends it.
+// handOff grants k to its waiters in FIFO order while the first one's
+// grant fits (admits), or forgets the lock when it is idle: a semaphore
+// fills its free slots; a read-write lock grants a writer alone, or the
+// readers at the head of the queue together, up to the first writer. Every
+// waiter's lease is alive: a lease leaves all queues in the same command
+// that ends it. A waiter whose turn has come and whose once-per window
+// holds a recorded run leaves the queue refused (RanRecently), and the next
+// one is considered.
 func (s *State) handOff(k *lock, r *Result) {
-	if len(k.waiters) == 0 {
-		s.forgetIfIdle(k)
-		return
+	for len(k.waiters) > 0 && k.admits(k.waiters[0].shared) {
+		w := k.waiters[0]
+		k.waiters = slices.Delete(k.waiters, 0, 1)
+		l := s.leases[w.lease]
+		if l == nil && planted.Regrant { // planted bug: granted without checking the waiter's lease
+			s.token++
+			k.grants = append(k.grants, grant{holder: w.lease, token: s.token, lockDelay: w.lockDelay})
+			r.Events = append(r.Events, Event{Kind: Granted, Lease: w.lease, Name: k.name, Token: s.token})
+			return
+		}
+		l.waits = removeSorted(l.waits, k.name)
+		if run := s.ranWithin(k.name, w.oncePer); run != nil {
+			l.calls.settle(w.seq, RanRecently, run.token)
+			r.Events = append(r.Events, Event{Kind: WaitCancelled, Lease: l.id, Number: l.number, Owner: l.owner, Name: k.name, Seq: w.seq})
+			continue
+		}
+		g := s.grant(k, l, w, r)
+		l.calls.settle(w.seq, OK, g.token)
 	}
-	w := k.waiters[0]
-	k.waiters = slices.Delete(k.waiters, 0, 1)
-	l := s.leases[w.lease]
-	if l == nil && planted.Regrant { // planted bug: granted without checking the waiter's lease
-		s.token++
-		k.holder, k.token, k.lockDelay = w.lease, s.token, w.lockDelay
-		r.Events = append(r.Events, Event{Kind: Granted, Lease: w.lease, Name: k.name, Token: k.token})
-		return
-	}
-	l.waits = removeSorted(l.waits, k.name)
-	s.grant(k, l, w.lockDelay, r)
-	l.calls.settle(w.seq, OK, k.token)
+	s.forgetIfIdle(k)
 }
 
-func (s *State) grant(k *lock, l *lease, delay time.Duration, r *Result) {
+// grant gives l a new grant of k in w's mode, at the lowest free slot, with
+// the next token.
+func (s *State) grant(k *lock, l *lease, w waiter, r *Result) grant {
 	s.token++
-	k.holder, k.token, k.lockDelay = l.id, s.token, delay
+	g := grant{holder: l.id, token: s.token, slot: k.freeSlot(w.shared), shared: w.shared, lockDelay: w.lockDelay, oncePer: w.oncePer}
+	i, _ := slices.BinarySearchFunc(k.grants, g, compareGrants)
+	k.grants = slices.Insert(k.grants, i, g)
 	l.holds = insertSorted(l.holds, k.name)
-	r.Events = append(r.Events, Event{Kind: Granted, Lease: l.id, Number: l.number, Owner: l.owner, Name: k.name, Token: k.token})
+	r.Events = append(r.Events, Event{Kind: Granted, Lease: l.id, Number: l.number, Owner: l.owner, Name: k.name, Token: g.token,
+		Slot: g.slot, Shared: g.shared, TTL: l.ttl})
+	return g
 }
 
 func (s *State) forgetIfIdle(k *lock) {
-	if k.holder.IsZero() && !k.delayed && len(k.waiters) == 0 {
+	if len(k.grants) == 0 && len(k.waiters) == 0 {
 		delete(s.locks, k.name)
 	}
 }

@@ -39,14 +39,7 @@ func cmdPut(r byte, key, value string, token uint64) Command {
 // result and what changed. Every refusal must leave the state byte-identical.
 func TestApply(t *testing.T) {
 	delayed := Command{Kind: KindAcquire, RequestID: req(20), Lease: id(1), Seq: 20, Ack: 1, Open: allOpen(20), Name: "a", LockDelay: 5 * time.Second}
-	tests := []struct {
-		name    string
-		history []Command
-		cmd     Command
-		want    Code
-		token   uint64
-		check   func(t *testing.T, s *State, r Result)
-	}{
+	tests := []applyCase{
 		{name: "create lease", cmd: cmdCreate(1, 1), want: OK,
 			check: func(t *testing.T, s *State, r Result) {
 				if r.LeaseNumber != 1 || s.NumLeases() != 1 {
@@ -297,39 +290,60 @@ func TestApply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := withHistory(t, tt.history)
-			before, beforeSans := s.Marshal(nil), withoutCalls(s)
-			r := s.Apply(&tt.cmd)
-			if r.Code != tt.want {
-				t.Fatalf("code %v (%s), want %v", r.Code, r.Reason, tt.want)
-			}
-			if tt.token != 0 && r.Token != tt.token {
-				t.Fatalf("token %d, want %d", r.Token, tt.token)
-			}
-			if r.Code != OK && r.Code != Queued && string(withoutCalls(s)) != string(beforeSans) {
-				t.Fatalf("refusal %v changed the state", r.Code)
-			}
-			if r.Code == Invalid && string(s.Marshal(nil)) != string(before) {
-				t.Fatalf("invalid command changed the state")
-			}
-			if r.Code == Invalid && r.Reason == "" {
-				t.Fatal("invalid without a reason")
-			}
-			checkInvariants(t, s)
-			if tt.check != nil {
-				tt.check(t, s, r)
-			}
+			checkApply(t, tt)
 		})
 	}
 }
 
+// applyCase is a table test of Apply: cmd after history answers want (and
+// token, if not 0); check looks further.
+type applyCase struct {
+	name    string
+	history []Command
+	cmd     Command
+	want    Code
+	token   uint64
+	check   func(t *testing.T, s *State, r Result)
+}
+
+// checkApply applies tc.cmd after tc.history and checks its code and token,
+// that a refusal changed nothing but the memory of answers (an invalid
+// command nothing at all, with a reason), the invariants, and tc.check.
+func checkApply(t *testing.T, tc applyCase) {
+	t.Helper()
+	history, cmd, want, token, check := tc.history, tc.cmd, tc.want, tc.token, tc.check
+	s := withHistory(t, history)
+	before, beforeSans := s.Marshal(nil), withoutCalls(s)
+	r := s.Apply(&cmd)
+	if r.Code != want {
+		t.Fatalf("code %v (%s), want %v", r.Code, r.Reason, want)
+	}
+	if token != 0 && r.Token != token {
+		t.Fatalf("token %d, want %d", r.Token, token)
+	}
+	if r.Code != OK && r.Code != Queued && string(withoutCalls(s)) != string(beforeSans) {
+		t.Fatalf("refusal %v changed the state", r.Code)
+	}
+	if r.Code == Invalid && string(s.Marshal(nil)) != string(before) {
+		t.Fatalf("invalid command changed the state")
+	}
+	if r.Code == Invalid && r.Reason == "" {
+		t.Fatal("invalid without a reason")
+	}
+	checkInvariants(t, s)
+	if check != nil {
+		check(t, s, r)
+	}
+}
+
 // withHistory is a new state with history applied, each command granted
-// or queued.
+// or queued (or, an Acquire with a once-per window, refused RanRecently;
+// one with another permit count, PermitsMismatch).
 func withHistory(t *testing.T, history []Command) *State {
 	t.Helper()
 	s := New()
 	for i := range history {
-		if r := s.Apply(&history[i]); r.Code != OK && r.Code != Queued {
+		if r := s.Apply(&history[i]); r.Code != OK && r.Code != Queued && r.Code != RanRecently && r.Code != PermitsMismatch {
 			t.Fatalf("history[%d] %v: %v %s", i, history[i].Kind, r.Code, r.Reason)
 		}
 	}
@@ -393,5 +407,44 @@ func TestLocksAfter(t *testing.T) {
 		if names(page) != tt.want || more != tt.more {
 			t.Errorf("LocksAfter(%q, %d) = %q, %v; want %q, %v", tt.after, tt.limit, names(page), more, tt.want, tt.more)
 		}
+	}
+}
+
+// TestQueue checks the queue a read shows: FIFO order of arrival (not of
+// lease number), and a waiter that leaves (cancelled, revoked, granted)
+// gone from it.
+func TestQueue(t *testing.T) {
+	s := New()
+	apply := func(c Command) {
+		t.Helper()
+		if r := s.Apply(&c); r.Code != OK && r.Code != Queued {
+			t.Fatalf("%v: %v %s", c.Kind, r.Code, r.Reason)
+		}
+	}
+	for l := byte(1); l <= 4; l++ {
+		apply(cmdCreate(l, l)) // lease numbers 1..4, owners w1..w4
+	}
+	apply(cmdAcquire(1, 10, "a", false))
+	apply(cmdAcquire(3, 11, "a", true))
+	apply(cmdRead(2, 12, "a", true)) // a reader: shown as one
+	apply(cmdAcquire(4, 13, "a", true))
+	check := func(want ...QueuedView) {
+		t.Helper()
+		if got := s.Queue("a"); !slices.Equal(got, want) {
+			t.Fatalf("Queue(a) = %v, want %v", got, want)
+		}
+	}
+	check(QueuedView{3, "w3", false}, QueuedView{2, "w2", true}, QueuedView{4, "w4", false})
+	apply(Command{Kind: KindCancelWait, Lease: id(2), Seq: 12, Name: "a"})
+	check(QueuedView{3, "w3", false}, QueuedView{4, "w4", false})
+	apply(Command{Kind: KindRevoke, RequestID: req(20), Lease: id(3)})
+	check(QueuedView{4, "w4", false})
+	apply(cmdRelease(1, 14, "a")) // hands a to lease 4
+	check()
+	if v, _ := s.Lock("a"); v.HolderNum != 4 {
+		t.Fatalf("holder %d, want 4", v.HolderNum)
+	}
+	if q := s.Queue("nobody-has-it"); q != nil {
+		t.Fatalf("Queue of an unknown lock = %v", q)
 	}
 }

@@ -8,6 +8,13 @@
 // the floor before a collection, and gives GOGC back its default once the
 // live heap is half the floor or more. It is the Go GC guide's "memory
 // floor", done with SetGCPercent instead of a ballast allocation.
+//
+// Keep also caps the headroom of a large heap: once the live heap is
+// larger than the headroom, GOGC is lowered so that the heap grows by at
+// most the headroom before a collection (never below MinPercent), instead
+// of to twice the live data. A node holding a million leases (about
+// 500 MiB live on a leader) then stays under 1 GiB, a snapshot included,
+// at the cost of collecting more often.
 package gcfloor
 
 import (
@@ -17,21 +24,33 @@ import (
 	"time"
 )
 
-// Percent returns the GOGC that makes a live heap of live bytes grow to
-// floor before the next collection (heap goal = live × (1 + GOGC/100)),
-// and never less than 100, Go's default.
-func Percent(live, floor uint64) int {
-	if live == 0 || live >= floor/2 {
+// MinPercent is the lowest GOGC the headroom cap sets: below it a large
+// live heap would be collected almost all the time (such a node needs more
+// memory, not more collections).
+const MinPercent = 25
+
+// Percent returns the GOGC for a live heap of live bytes (heap goal =
+// live × (1 + GOGC/100)): while live is below half the floor, the GOGC
+// that makes it grow to floor before the next collection; once live is
+// above headroom (0: no cap), the one that makes it grow by headroom, but
+// at least MinPercent; else 100, Go's default.
+func Percent(live, floor, headroom uint64) int {
+	switch {
+	case live == 0:
 		return 100
+	case live < floor/2:
+		return int((floor - live) * 100 / live)
+	case headroom > 0 && live > headroom:
+		return max(MinPercent, int(headroom*100/live))
 	}
-	return int((floor - live) * 100 / live)
+	return 100
 }
 
 // Keep adjusts GOGC every interval until stop is called, unless the
 // environment sets GOGC (the operator's choice wins; Keep then does
 // nothing). GOMEMLIMIT still applies: the runtime collects at the limit
 // whatever GOGC says.
-func Keep(floor uint64, interval time.Duration) (stop func()) {
+func Keep(floor, headroom uint64, interval time.Duration) (stop func()) {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return func() {}
 	}
@@ -47,7 +66,7 @@ func Keep(floor uint64, interval time.Duration) (stop func()) {
 			metrics.Read(sample)
 			// Changed only when it moves by a tenth: the live heap moves a
 			// little at every collection.
-			if want := Percent(sample[0].Value.Uint64(), floor); 10*abs(want-current) > current {
+			if want := Percent(sample[0].Value.Uint64(), floor, headroom); 10*abs(want-current) > current {
 				debug.SetGCPercent(want)
 				current = want
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/internal/server"
 )
 
@@ -61,4 +62,26 @@ func Start(t testing.TB, mutate ...func(*server.Config)) *server.Server {
 	}
 	t.Cleanup(func() { srv.Close() })
 	return srv
+}
+
+// LockOnce dials srv with a client of opts (plaintext, a one-minute TTL
+// unless opts say otherwise), takes the lock name and releases it, then
+// closes the client and srv (so every handler has returned), and returns
+// the released lease. ctx is the calls' (a test's span, say).
+func LockOnce(ctx context.Context, t testing.TB, srv *server.Server, name string, opts ...client.Option) *client.Lease {
+	t.Helper()
+	cl, err := client.Dial(ctx, []string{srv.GRPCAddr()}, append([]client.Option{client.WithInsecure(), client.WithTTL(time.Minute)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := cl.Lock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	srv.Close()
+	return l
 }

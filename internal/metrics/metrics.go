@@ -13,19 +13,52 @@ import (
 
 // Server holds the lock server's collectors. Safe for concurrent use.
 type Server struct {
-	Grants           prometheus.Counter
-	Releases         prometheus.Counter
-	Expirations      prometheus.Counter
-	Revocations      prometheus.Counter
-	Renewals         prometheus.Counter
-	LockDelayRefused prometheus.Counter
+	Grants      prometheus.Counter
+	Releases    prometheus.Counter
+	Expirations prometheus.Counter
+	Revocations prometheus.Counter
+	Renewals    prometheus.Counter
+	// LockDelayRefused counts try-acquires refused because the lock was in
+	// lock-delay, by prefix label (see Prefix).
+	LockDelayRefused *prometheus.CounterVec
 	StaleWrites      prometheus.Counter
 	ApplyLatency     prometheus.Histogram
 	BatchSize        prometheus.Histogram
 	// AuthDenied counts calls the policy refused, by gRPC code
 	// (Unauthenticated: no identity; PermissionDenied: not granted).
 	AuthDenied *prometheus.CounterVec
+	// RenewalsFailed counts renewals that reached the log after their
+	// lease had ended: a holder alive but too late.
+	RenewalsFailed prometheus.Counter
+	// HoldSeconds and HoldTTLRatio observe each grant when it ends, by
+	// cause (released, expired, revoked, force-released) and prefix label:
+	// how long it was held, and that as a share of its lease's TTL. Use
+	// Prefix(name).ObserveHold.
+	HoldSeconds  *prometheus.HistogramVec
+	HoldTTLRatio *prometheus.HistogramVec
+	// WaitSeconds observes each queued acquire when it is granted, by
+	// prefix label: how long it waited, on the log's clock. Use
+	// Prefix(name).ObserveWait.
+	WaitSeconds *prometheus.HistogramVec
+	// ExpiredHeld counts grants ended by their lease's expiry, by prefix
+	// label. Use Prefix(name).ExpiredHeld.
+	ExpiredHeld *prometheus.CounterVec
+	// RenewalSlack observes each committed renewal: how much of its
+	// lease was left (deadline minus the renewal's apply, on the log's
+	// clock). No prefix label: one lease may hold names of many prefixes.
+	RenewalSlack prometheus.Histogram
+
+	prefixes *prefixes
 }
+
+// HoldRatioBuckets are the buckets of fence_lock_hold_ttl_ratio: fine
+// around 1, where a hold meets its TTL ('fence advise --metrics' reads them).
+var HoldRatioBuckets = []float64{0.01, 0.02, 0.05, 0.1, 0.2, 1.0 / 3, 0.5, 2.0 / 3, 0.8, 0.9, 1, 1.5, 2, 5, 10, 100}
+
+// SlackBuckets are the buckets of fence_renewal_slack_seconds: a renewal
+// every TTL/3 leaves about 2/3 of the TTL; a bucket at or below 0 counts
+// renewals of leases already overdue.
+var SlackBuckets = []float64{-1, 0, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560}
 
 // Gauges reads live sizes from the state when Prometheus scrapes.
 type Gauges struct {
@@ -39,6 +72,11 @@ type Gauges struct {
 	Raft func() RaftStatus
 	// Peers reads the other members as this node sees them (optional).
 	Peers func() []Peer
+	// Queues calls fn with every lock that has waiters (optional): the
+	// fence_lock_waiters gauge sums them by prefix label.
+	Queues func(fn func(name string, waiters int))
+	// Prefixes maps lock names to prefix labels (zero: DefaultPrefixConfig).
+	Prefixes PrefixConfig
 }
 
 // Peer is another member as the per-peer gauges show it.
@@ -66,13 +104,14 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fence", Name: name, Help: help})
 	}
 	m := &Server{
-		Grants:           counter("grants_total", "Locks granted (each with a new fencing token), directly or to a waiter."),
-		Releases:         counter("releases_total", "Locks released by their holder, by revoke or by expiry."),
-		Expirations:      counter("lease_expirations_total", "Leases ended because they were not renewed in time."),
-		Revocations:      counter("lease_revocations_total", "Leases ended by their holder."),
-		Renewals:         counter("renewals_total", "Lease renewals committed."),
-		LockDelayRefused: counter("lock_delay_refusals_total", "Try-acquires refused because the lock was in lock-delay after an expiry."),
-		StaleWrites:      counter("stale_writes_total", "Fenced key-value writes refused for a stale token."),
+		Grants:      counter("grants_total", "Locks granted (each with a new fencing token), directly or to a waiter."),
+		Releases:    counter("releases_total", "Locks released by their holder, by revoke or by expiry."),
+		Expirations: counter("lease_expirations_total", "Leases ended because they were not renewed in time."),
+		Revocations: counter("lease_revocations_total", "Leases ended by their holder."),
+		Renewals:    counter("renewals_total", "Lease renewals committed."),
+		LockDelayRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fence", Name: "lock_delay_refusals_total",
+			Help: "Try-acquires refused because the lock was in lock-delay after an expiry, by lock-name prefix."}, []string{"prefix"}),
+		StaleWrites: counter("stale_writes_total", "Fenced key-value writes refused for a stale token."),
 		ApplyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "fence", Name: "raft_apply_seconds",
 			Help:    "Time from proposing a batch of commands to raft until it is committed and applied.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
@@ -81,12 +120,32 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
 		AuthDenied: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fence", Name: "auth_denied_total",
 			Help: "Calls refused by the policy (--policy-file), by gRPC code: Unauthenticated (no identity) or PermissionDenied."}, []string{"code"}),
+		RenewalsFailed: counter("renewals_failed_total", "Lease renewals that arrived after their lease had ended (expired or revoked): the holder was alive but too late."),
+		HoldSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fence", Name: "lock_hold_seconds",
+			Help:    "How long each grant was held, observed when it ended, by cause (released, expired, revoked, force-released) and lock-name prefix; measured on the log's clock (its ticks), so to a tick.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 16)}, []string{"cause", "prefix"}),
+		HoldTTLRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fence", Name: "lock_hold_ttl_ratio",
+			Help:    "Each grant's hold time divided by its lease's TTL, observed when it ended, by cause (released, expired, revoked, force-released) and lock-name prefix.",
+			Buckets: HoldRatioBuckets}, []string{"cause", "prefix"}),
+		WaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fence", Name: "lock_wait_seconds",
+			Help:    "How long each queued acquire waited before its grant, by lock-name prefix; on the log's clock, so to a tick (acquires granted at once are not observed).",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 16)}, []string{"prefix"}),
+		ExpiredHeld: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fence", Name: "lock_expirations_total",
+			Help: "Grants ended because their holder's lease expired while it held them, by lock-name prefix."}, []string{"prefix"}),
+		RenewalSlack: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "fence", Name: "renewal_slack_seconds",
+			Help:    "How much of its lease each committed renewal left: the lease's deadline minus the renewal's apply, on the log's clock (0 or less: overdue).",
+			Buckets: SlackBuckets}),
 	}
+	if g.Prefixes == (PrefixConfig{}) {
+		g.Prefixes = DefaultPrefixConfig()
+	}
+	m.prefixes = newPrefixes(m, g.Prefixes)
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "fence", Name: name, Help: help}, f)
 	}
 	reg.MustRegister(m.Grants, m.Releases, m.Expirations, m.Revocations, m.Renewals,
 		m.LockDelayRefused, m.StaleWrites, m.ApplyLatency, m.BatchSize, m.AuthDenied,
+		m.RenewalsFailed, m.HoldSeconds, m.HoldTTLRatio, m.WaitSeconds, m.ExpiredHeld, m.RenewalSlack,
 		gauge("active_leases", "Live leases.", g.Leases),
 		gauge("active_locks", "Locks held, in lock-delay, or waited for.", g.Locks),
 		gauge("waiters", "Acquires waiting in lock queues.", g.Waiters),
@@ -107,6 +166,9 @@ func NewServer(reg prometheus.Registerer, g Gauges) *Server {
 	}
 	if g.Peers != nil {
 		reg.MustRegister(peerCollector(g.Peers))
+	}
+	if g.Queues != nil {
+		reg.MustRegister(queueCollector{m: m, queue: g.Queues})
 	}
 	return m
 }

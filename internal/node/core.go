@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencehq/fence/internal/fsm"
@@ -48,10 +50,12 @@ type Transport interface {
 
 // stateMachine is what committed entries are applied to.
 type stateMachine interface {
-	// apply applies one entry's payload and returns its outcome.
-	apply(index uint64, data []byte) any
-	// snapshot encodes the state as applied so far.
-	snapshot() []byte
+	// apply applies one entry's payload and returns its outcome. traces,
+	// when this node proposed the entry, holds its commands' trace ids
+	// (zero: not traced); nil otherwise.
+	apply(index uint64, data []byte, traces []trace.TraceID) any
+	// snapshot writes the encoding of the state as applied so far to w.
+	snapshot(w io.Writer) error
 	// restore replaces the state with a snapshot's, taken at index.
 	restore(index uint64, data []byte) error
 }
@@ -89,6 +93,10 @@ type request struct {
 	cc   *raftpb.ConfChangeV2 // a membership change
 	done chan outcome
 	then func(outcome)
+	// traced, set on a batch with a traced command (proposer.next), is
+	// given the trace id of each command for the audit file and the times
+	// the entry's apply began and ended; nil for the rest.
+	traced *batchTrace
 }
 
 func newRequest() *request { return &request{done: make(chan outcome, 1)} }
@@ -133,6 +141,13 @@ type core struct {
 	cs      *raftpb.ConfState
 	applied uint64
 	snapped uint64 // index of the last snapshot taken or restored
+	// snapSize is the length of the last snapshot this node took: the
+	// next one's buffer is sized from it, so it is not grown (copied) as
+	// it fills.
+	snapSize int
+	// written is the term and vote of the last hard state persist wrote
+	// (only persist touches it: one write at a time, in order).
+	written termVote
 	// replayTo is the commit index the log had at start; replayed says the
 	// node has applied up to it, so its member list is what its log says
 	// (until then a restarted member's list may lack itself).
@@ -185,6 +200,7 @@ func newCore(cfg coreConfig, boot []Member, idSeed uint64) (*core, error) {
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
 	c.cs = cs
+	c.written = termVoteOf(hs)
 	if !raft.IsEmptySnap(snap) {
 		if err := c.restore(snap); err != nil {
 			return nil, err
@@ -375,24 +391,32 @@ func (c *core) ready() (send []*raftpb.Message, appends []*raftpb.Message) {
 // persist performs queued log writes of the append worker (MsgStorageAppend
 // messages, in order) as one: their entries merged (a later message's
 // entries replace an earlier one's from their first index on) with the last
-// hard state, made durable unless no message has responses (raft requires
-// durability only before a write's responses are delivered: a commit index
-// moving alone waits for nothing). A message with a snapshot is written on
-// its own. It touches only the Log, so it may run on another goroutine than
-// the rest of the core.
+// hard state, made durable (Append) when they hold entries, or when they
+// carry responses and change the term or the vote. A hard state whose only
+// change is the commit index goes to SetHardState, unsynced, responses or
+// not — as etcd's WAL does (raft.MustSync): what a write's responses state
+// (a follower's MsgAppResp to a MsgApp that only moved the commit index)
+// depends on entries the writes before it made durable, in order, and on
+// the term and vote, never on the commit index, which raft learns again
+// from the leader. A message with a snapshot is written on its own. It
+// touches only the Log (and c.written), so it may run on another goroutine
+// than the rest of the core.
 func (c *core) persist(ms []*raftpb.Message) error {
 	var hs *raftpb.HardState
 	var ents []*raftpb.Entry
-	durable := false
+	responses := false
 	flush := func() error {
 		var err error
 		switch {
-		case len(ents) > 0 || durable:
+		case len(ents) > 0 || responses && hs != nil && termVoteOf(hs) != c.written:
 			err = c.cfg.log.Append(hs, ents, nil)
 		case hs != nil:
 			err = c.cfg.log.SetHardState(hs)
 		}
-		hs, ents, durable = nil, nil, false
+		if err == nil && hs != nil {
+			c.written = termVoteOf(hs)
+		}
+		hs, ents, responses = nil, nil, false
 		return err
 	}
 	for _, m := range ms {
@@ -400,8 +424,12 @@ func (c *core) persist(ms []*raftpb.Message) error {
 			if err := flush(); err != nil {
 				return err
 			}
-			if err := c.cfg.log.Append(hardState(m), m.GetEntries(), snap); err != nil {
+			h := hardState(m)
+			if err := c.cfg.log.Append(h, m.GetEntries(), snap); err != nil {
 				return err
+			}
+			if h != nil {
+				c.written = termVoteOf(h)
 			}
 			continue
 		}
@@ -409,10 +437,16 @@ func (c *core) persist(ms []*raftpb.Message) error {
 			hs = h
 		}
 		ents = mergeEntries(ents, m.GetEntries())
-		durable = durable || len(m.GetResponses()) > 0
+		responses = responses || len(m.GetResponses()) > 0
 	}
 	return flush()
 }
+
+// termVote is the part of a hard state that must be durable before a
+// node answers anything that depends on it.
+type termVote struct{ term, vote uint64 }
+
+func termVoteOf(hs *raftpb.HardState) termVote { return termVote{hs.GetTerm(), hs.GetVote()} }
 
 // hardState is the hard state a MsgStorageAppend carries, or nil.
 func hardState(m *raftpb.Message) *raftpb.HardState {
@@ -588,8 +622,13 @@ func (c *core) snapshotNow() {
 	if c.applied == c.snapped {
 		return
 	}
-	c.snapshots = append(c.snapshots, snapshotJob{index: c.applied, cs: proto.Clone(c.cs).(*raftpb.ConfState),
-		data: encodeSnapshot(c.members, c.removed, c.cfg.sm.snapshot())})
+	data, err := snapshotData(c.members, c.removed, c.cfg.sm, c.snapSize+c.snapSize/8)
+	if err != nil { // a bytes.Buffer's writes do not fail: not reached
+		c.cfg.logger.Error("snapshot not taken", "err", err)
+		return
+	}
+	c.snapSize = len(data)
+	c.snapshots = append(c.snapshots, snapshotJob{index: c.applied, cs: proto.Clone(c.cs).(*raftpb.ConfState), data: data})
 	c.snapped = c.applied
 }
 
@@ -617,8 +656,14 @@ func (c *core) applyNormal(e *raftpb.Entry) {
 	}
 	id := binary.BigEndian.Uint64(data)
 	stagetrace.Mark("apply", e.GetIndex())
-	res := c.cfg.sm.apply(e.GetIndex(), data[8:])
-	if req := c.proposals[id]; req != nil {
+	req := c.proposals[id]
+	var res any
+	if req != nil && req.traced != nil {
+		res = req.traced.apply(c.cfg.sm, e.GetIndex(), data[8:])
+	} else {
+		res = c.cfg.sm.apply(e.GetIndex(), data[8:], nil)
+	}
+	if req != nil {
 		delete(c.proposals, id)
 		o := outcome{index: e.GetIndex(), result: res}
 		if err, ok := res.(error); ok {
@@ -704,6 +749,7 @@ func (c *core) restore(snap *raftpb.Snapshot) error {
 	c.cs = snap.GetMetadata().GetConfState()
 	c.applied = snap.GetMetadata().GetIndex()
 	c.snapped = c.applied
+	c.snapSize = len(snap.GetData())
 	c.replayed = c.replayed || c.applied >= c.replayTo
 	c.cfg.membersChanged(c.members, c.removed)
 	return nil

@@ -15,15 +15,26 @@ import (
 	"github.com/fencehq/fence/internal/stagetrace"
 )
 
-// group runs a core: the loop goroutine owns it (ticks, messages,
+// group runs a core: the loop goroutine drives it (ticks, messages,
 // proposals, reads, applying) and the append goroutine makes its log writes
 // durable, in order, while the loop goes on. Everything else talks to the
-// loop through channels and the proposer's queue.
+// loop through channels and the proposer's queue, but for a message from
+// the network that finds the loop idle: its deliver steps it itself
+// (stepNow), sparing the hand-off.
 type group struct {
 	c     *core
 	p     *proposer
 	trans Transport
 	tick  time.Duration
+
+	// running is held by whoever runs the core: the loop for each of its
+	// turns, or a deliver that steps its message itself (stepNow). Only its
+	// holder touches c, writesOut and ended.
+	running sync.Mutex
+	ended   bool // the loop has ended: nothing runs the core any more
+	// queued counts the messages handed to the inbox and not yet stepped:
+	// while there are any, a message must not be stepped before them.
+	queued atomic.Int64
 
 	inbox chan *raftpb.Message
 	props chan *request
@@ -83,6 +94,7 @@ func newGroup(c *core, p *proposer, tick time.Duration) *group {
 		stop: make(chan struct{}), failed: make(chan struct{}), loopDone: make(chan struct{})}
 	g.status.Store(&groupStatus{})
 	g.epoch = time.Now()
+	p.kick = g.kick
 	return g
 }
 
@@ -124,45 +136,66 @@ func (g *group) loop() {
 		}
 		g.p.close(err)
 	}()
-	defer g.halt()
+	defer func() {
+		g.running.Lock()
+		defer g.running.Unlock()
+		g.ended = true
+		g.halt()
+	}()
 	for {
-		select {
+		ok := true
+		select { // each event but the two that end the loop takes running
 		case <-g.stop:
 			return
 		case <-g.failed:
 			return
 		case <-t.C:
+			g.running.Lock()
 			g.c.tick()
 		case m := <-g.inbox:
-			g.c.step(m)
+			g.running.Lock()
+			g.stepQueued(m)
 			for i := 0; i < 256 && len(g.inbox) > 0; i++ {
-				g.c.step(<-g.inbox)
+				g.stepQueued(<-g.inbox)
 			}
 		case <-g.p.ready: // round takes the batches
+			g.running.Lock()
 		case req := <-g.props:
+			g.running.Lock()
 			g.c.propose(req)
 			for i := 0; i < 1024 && len(g.props) > 0; i++ {
 				g.c.propose(<-g.props)
 			}
 		case req := <-g.reads:
+			g.running.Lock()
 			g.c.read(req)
 			for i := 0; i < 1024 && len(g.reads) > 0; i++ {
 				g.c.read(<-g.reads)
 			}
 		case f := <-g.ctl:
+			g.running.Lock()
 			f(g.c)
 		case <-g.doneQ.ready:
+			g.running.Lock()
 			for _, m := range g.doneQ.take() {
 				g.writesOut--
-				if !g.release(m) {
-					return
+				if ok = g.release(m); !ok {
+					break
 				}
 			}
 		}
-		if !g.round() {
+		ok = ok && g.round()
+		g.running.Unlock()
+		if !ok {
 			return
 		}
 	}
+}
+
+// stepQueued steps a message taken from the inbox. running is held.
+func (g *group) stepQueued(m *raftpb.Message) {
+	g.c.step(m)
+	g.queued.Add(-1)
 }
 
 // halt stops the core as the loop ends (Close, or a failed log write) and
@@ -187,15 +220,13 @@ func (g *group) round() bool {
 		stagetrace.Writes("ready", appends)
 		stagetrace.Msgs("send", send)
 		g.trans.Send(send)
-		if len(appends) == 0 || !g.writesInline() {
+		if len(appends) == 0 || !g.writesInline(appends) {
 			for _, m := range appends {
 				g.writesOut++
 				g.appendQ.push(appendJob{msg: m})
 			}
 			break
 		}
-		// A follower has nothing to do while its write is under way that
-		// a hand-off to the idle worker and back would not delay more.
 		if !g.write(appends) {
 			return false
 		}
@@ -215,10 +246,7 @@ func (g *group) round() bool {
 		g.status.Store(st)
 	}
 	if g.p.waiting() { // applying freed a batch's slot: take the next batch on the next turn
-		select {
-		case g.p.ready <- struct{}{}:
-		default:
-		}
+		g.p.signal()
 	}
 	return true
 }
@@ -249,10 +277,24 @@ func (g *group) release(m *raftpb.Message) bool {
 }
 
 // writesInline reports whether the loop performs this round's log writes
-// itself: on a follower, when the append worker is idle (so the writes stay
-// in order). A leader hands them off, to replicate while its disk writes.
-func (g *group) writesInline() bool {
-	return g.c.state == raft.StateFollower && g.writesOut == 0 && g.snapsOut.Load() == 0
+// ms itself, which it may only while the append worker is idle (so the
+// writes stay in order): on a follower, which has nothing to do while its
+// write is under way that a hand-off to the worker and back would not delay
+// more; on a leader, writes without entries or a snapshot (the commit index
+// moving, which persist does not sync), for which the hand-off would cost
+// two goroutine wake-ups and save nothing. A leader's entries go to the
+// worker, to replicate while its disk writes.
+func (g *group) writesInline(ms []*raftpb.Message) bool {
+	if g.writesOut != 0 || g.snapsOut.Load() != 0 {
+		return false
+	}
+	return g.c.state == raft.StateFollower || !slices.ContainsFunc(ms, holdsEntries)
+}
+
+// holdsEntries reports whether a log write holds entries or a snapshot:
+// core.persist makes it durable (an fsync).
+func holdsEntries(m *raftpb.Message) bool {
+	return len(m.GetEntries()) > 0 || !raft.IsEmptySnap(m.GetSnapshot())
 }
 
 // appendWorker performs the log writes in order. A write that fails stops
@@ -381,15 +423,59 @@ func (g *group) failure() error {
 	return g.err
 }
 
-// deliver hands the loop a message from the network.
+// deliver takes a message from the network: it steps it itself if the
+// loop is idle (stepNow), or else hands it to the loop.
 func (g *group) deliver(m *raftpb.Message) {
 	stagetrace.Msg("deliver", m)
 	g.heardFrom(m.GetFrom())
+	if g.stepNow(m) {
+		return
+	}
+	g.queued.Add(1)
 	select {
 	case g.inbox <- m:
 	case <-g.stop:
+		g.queued.Add(-1)
 	case <-g.failed:
+		g.queued.Add(-1)
 	}
+}
+
+// kick takes the proposer's queued commands to raft: on the caller's
+// goroutine, in the round the loop would have run, if the loop is idle
+// (sparing the proposer's hand-off to the loop), or else by waking the loop.
+func (g *group) kick() {
+	if g.running.TryLock() {
+		ran := !g.ended
+		if ran {
+			g.round() // false: the node failed, and the loop ends on g.failed
+		}
+		g.running.Unlock()
+		if ran {
+			return
+		}
+	}
+	g.p.signal()
+}
+
+// stepNow steps m and runs the round it calls for on the caller's
+// goroutine (a transport's reader: on a follower it makes the write durable
+// and sends the answer, on the leader it commits and answers the
+// proposers), sparing the hand-off to the loop and back, if the loop is
+// idle and no message waits in the inbox (m must not overtake one from the
+// same peer). It reports whether it did. A log write that fails stops the
+// node as on the loop.
+func (g *group) stepNow(m *raftpb.Message) bool {
+	if !g.running.TryLock() {
+		return false
+	}
+	defer g.running.Unlock()
+	if g.ended || g.queued.Load() != 0 {
+		return false
+	}
+	g.c.step(m)
+	g.round() // false: the node failed, and the loop ends on g.failed
+	return true
 }
 
 // control runs f on the loop and waits for it.

@@ -34,7 +34,7 @@ func TestLessorExpiresExactlyAtDeadline(t *testing.T) {
 	s, a := oneLease(t, time.Second)
 	c := clocktest.New()
 	ls := newTestLessor(c)
-	ls.activate(s)
+	takeOver(ls, s)
 	start := c.Now()
 	if d, ok := ls.deadline(a); !ok || d.Sub(start) != time.Second {
 		t.Fatalf("deadline %v after takeover, want 1s", d.Sub(start))
@@ -74,7 +74,7 @@ func TestLessorRenewalNeverShortensDeadline(t *testing.T) {
 	s, a := oneLease(t, 10*time.Second)
 	c := clocktest.New()
 	ls := newTestLessor(c)
-	ls.activate(s)
+	takeOver(ls, s)
 	start := c.Now()
 	c.Advance(time.Second)
 	ls.applied([]fsm.Result{{Events: []fsm.Event{{Kind: fsm.LeaseRenewed, Lease: a, TTL: 2 * time.Second, Renewals: 1}}}})
@@ -152,7 +152,7 @@ func TestLessorTicksOnlyWhenNeeded(t *testing.T) {
 		t.Fatalf("tick with no time passed: %+v", tk)
 	}
 	s, _ := oneLease(t, time.Minute)
-	ls.activate(s)
+	takeOver(ls, s)
 	c.Advance(70 * time.Millisecond)
 	if tk, _ := ls.due(false); tk == nil || tk.Elapsed != 70*time.Millisecond {
 		t.Fatalf("tick with a lease: %+v, want 70ms", tk)
@@ -174,7 +174,7 @@ func TestLessorRetriesFailedGrantNext(t *testing.T) {
 		}
 		return out
 	}
-	ls := newLessor(c, 100*time.Millisecond, propose, discard)
+	ls := newLessor(c, 100*time.Millisecond, propose, nil, discard)
 	ls.activate(fsm.New())
 	ls.perform(context.Background(), []fsm.Command{
 		{Kind: fsm.KindGrantNext, Name: "d", Token: 3},
@@ -184,12 +184,16 @@ func TestLessorRetriesFailedGrantNext(t *testing.T) {
 	if len(cmds) != 1 || cmds[0].Kind != fsm.KindGrantNext || cmds[0].Name != "d" || cmds[0].Token != 3 {
 		t.Fatalf("after a failed GrantNext: %+v, want it again", cmds)
 	}
-	// A newer lock-delay of the same lock began meanwhile: the failed
-	// GrantNext of the older grant does not replace it.
+	// A newer lock-delay of the same lock began meanwhile (another permit
+	// of a semaphore, or a later grant): the failed GrantNext of the older
+	// grant is retried beside it and does not replace it.
 	ls.applied([]fsm.Result{{Events: []fsm.Event{{Kind: fsm.DelayStarted, Name: "d", Delay: time.Minute, Token: 5}}}})
 	ls.perform(context.Background(), []fsm.Command{{Kind: fsm.KindGrantNext, Name: "d", Token: 3}})
-	if d := ls.delays["d"]; d.token != 5 || d.at.Sub(c.Now()) != time.Minute {
-		t.Fatalf("delay of d after a stale GrantNext failed: %+v, want token 5 in 1m", d)
+	if at, ok := ls.delays[delayKey{"d", 5}]; !ok || at.Sub(c.Now()) != time.Minute || len(ls.delays) != 2 {
+		t.Fatalf("delays of d after a GrantNext of token 3 failed: %+v, want token 5 in 1m and token 3 again", ls.delays)
+	}
+	if at := ls.delays[delayKey{"d", 3}]; at != c.Now() {
+		t.Fatalf("the failed GrantNext of token 3 is retried at %v, want now", at)
 	}
 	ls.deactivate()
 	ls.perform(context.Background(), []fsm.Command{{Kind: fsm.KindGrantNext, Name: "e", Token: 4}})
@@ -214,7 +218,7 @@ func TestLessorDutiesGetTimeToCommit(t *testing.T) {
 		}
 		return make([]proposalResult, len(cmds))
 	}
-	ls := newLessor(clocktest.New(), 100*time.Millisecond, propose, discard)
+	ls := newLessor(clocktest.New(), 100*time.Millisecond, propose, nil, discard)
 	ls.perform(context.Background(), []fsm.Command{{Kind: fsm.KindExpire, Lease: fsm.LeaseID{1}}})
 	if left <= time.Second || left > 2*time.Second {
 		t.Fatalf("duties may take %v to commit, want 2s (10 ticks + 1s)", left)
@@ -257,7 +261,7 @@ func TestLessorLogsBounded(t *testing.T) {
 	for _, tc := range []struct{ expires, lines, counts int }{{100, 100, 0}, {101, 100, 1}} {
 		h := &lines{}
 		ok := func(_ context.Context, cmds []fsm.Command) []proposalResult { return make([]proposalResult, len(cmds)) }
-		ls := newLessor(clocktest.New(), 100*time.Millisecond, ok, slog.New(h))
+		ls := newLessor(clocktest.New(), 100*time.Millisecond, ok, nil, slog.New(h))
 		cmds := make([]fsm.Command, tc.expires)
 		for i := range cmds {
 			cmds[i] = fsm.Command{Kind: fsm.KindExpire, Lease: fsm.LeaseID{byte(i), 1}}
@@ -279,8 +283,8 @@ func TestLessorLogsBounded(t *testing.T) {
 	}
 	c := clocktest.New()
 	s, _ := oneLease(t, time.Minute)
-	ls := newLessor(c, 100*time.Millisecond, propose, slog.New(h))
-	ls.activate(s)
+	ls := newLessor(c, 100*time.Millisecond, propose, nil, slog.New(h))
+	takeOver(ls, s)
 	c.Advance(100 * time.Millisecond)
 	ls.step(context.Background())
 	if n := h.count("tick not committed"); n != 0 {
@@ -307,5 +311,38 @@ func TestLessorIdleTickStartsNothing(t *testing.T) {
 		if len(ls.duties) != 0 {
 			t.Fatalf("the duties slot is held after a tick with nothing due")
 		}
+	}
+}
+
+// TestLessorDelayEnd: the end a read shows for a lock-delay is the time the
+// leader proposes GrantNext, for that grant's token only, and nothing once
+// it has been proposed or while not leading.
+func TestLessorDelayEnd(t *testing.T) {
+	c := clocktest.New()
+	ls := newTestLessor(c)
+	ls.activate(fsm.New())
+	start := c.Now()
+	ls.applied([]fsm.Result{{Events: []fsm.Event{{Kind: fsm.DelayStarted, Name: "d", Delay: 5 * time.Second, Token: 7}}}})
+	c.Advance(2 * time.Second)
+	if at, ok := ls.delayEnd("d", 7); !ok || at.Sub(start) != 5*time.Second {
+		t.Fatalf("delayEnd(d, 7) = %v after start (tracked %v), want 5s", at.Sub(start), ok)
+	}
+	if _, ok := ls.delayEnd("d", 6); ok {
+		t.Fatal("delayEnd reports the delay of another grant's token")
+	}
+	if _, ok := ls.delayEnd("e", 7); ok {
+		t.Fatal("delayEnd reports a lock that is not delayed")
+	}
+	c.Advance(3 * time.Second)
+	if _, cmds := ls.due(true); len(cmds) != 1 {
+		t.Fatalf("at 5s: %+v, want one GrantNext", cmds)
+	}
+	if _, ok := ls.delayEnd("d", 7); ok {
+		t.Fatal("delayEnd after GrantNext was proposed")
+	}
+	ls.applied([]fsm.Result{{Events: []fsm.Event{{Kind: fsm.DelayStarted, Name: "d", Delay: 5 * time.Second, Token: 8}}}})
+	ls.deactivate()
+	if _, ok := ls.delayEnd("d", 8); ok {
+		t.Fatal("a node that is not leading reports a delay's end")
 	}
 }

@@ -205,7 +205,27 @@ var errSnapshotFormat = errors.New("not a fence snapshot of this format")
 // removedSet is the names of removed members, by raft id.
 type removedSet map[uint64]string
 
+// encodeSnapshot is a node snapshot of members ms, removed and an encoded
+// state.
 func encodeSnapshot(ms members, removed removedSet, state []byte) []byte {
+	return append(snapshotHeader(ms, removed, len(state)), state...)
+}
+
+// snapshotData is a node snapshot of members ms, removed and the state of
+// sm, which writes its encoding straight after the header into one
+// buffer of about sizeHint bytes (the last snapshot's size and a
+// margin): the state's encoding is never built apart and copied in.
+func snapshotData(ms members, removed removedSet, sm stateMachine, sizeHint int) ([]byte, error) {
+	b := bytes.NewBuffer(snapshotHeader(ms, removed, sizeHint))
+	if err := sm.snapshot(b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// snapshotHeader returns the header of a node snapshot (magic, member list,
+// removed members) in a buffer with room for more bytes after it.
+func snapshotHeader(ms members, removed removedSet, more int) []byte {
 	list, _ := json.Marshal(ms.sorted()) // plain strings: cannot fail
 	magic := snapshotMagic
 	var gone []byte
@@ -213,7 +233,7 @@ func encodeSnapshot(ms members, removed removedSet, state []byte) []byte {
 		magic = snapshotMagicRemoved
 		gone, _ = json.Marshal(slices.Sorted(maps.Values(removed)))
 	}
-	b := make([]byte, 0, len(magic)+2*binary.MaxVarintLen64+len(list)+len(gone)+len(state))
+	b := make([]byte, 0, len(magic)+2*binary.MaxVarintLen64+len(list)+len(gone)+more)
 	b = append(b, magic...)
 	b = binary.AppendUvarint(b, uint64(len(list)))
 	b = append(b, list...)
@@ -221,7 +241,7 @@ func encodeSnapshot(ms members, removed removedSet, state []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(len(gone)))
 		b = append(b, gone...)
 	}
-	return append(b, state...)
+	return b
 }
 
 func decodeSnapshot(b []byte) (members, removedSet, []byte, error) {

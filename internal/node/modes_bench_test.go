@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -154,7 +156,9 @@ func median(ds []time.Duration) time.Duration {
 
 // benchNode is one member of the benchmark's cluster, in either mode.
 type benchNode interface {
-	inbox() chan *raftpb.Message
+	// offer hands the node a message from the network, or drops it if its
+	// inbox is full.
+	offer(m *raftpb.Message)
 	start(net *benchNet)
 	// propose commits data as one entry; it fails at once with ErrNotLeader
 	// on a follower.
@@ -168,15 +172,12 @@ type benchNode interface {
 // its receiver's inbox at once, or is dropped if that is full (raft recovers
 // from lost messages). It is the Transport of the async mode's groups.
 type benchNet struct {
-	inboxes map[uint64]chan *raftpb.Message // filled before any node starts
+	nodes map[uint64]benchNode // filled before any node starts
 }
 
 func (n *benchNet) Send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
-		select {
-		case n.inboxes[m.GetTo()] <- proto.Clone(m).(*raftpb.Message):
-		default:
-		}
+		n.nodes[m.GetTo()].offer(proto.Clone(m).(*raftpb.Message))
 	}
 }
 
@@ -192,9 +193,9 @@ type benchCluster struct {
 	committed atomic.Int64
 }
 
-func startBenchCluster(b *testing.B, start func(id uint64, log Log, peers []uint64) benchNode) *benchCluster {
+func startBenchCluster(b testing.TB, start func(id uint64, log Log, peers []uint64) benchNode) *benchCluster {
 	peers := []uint64{RaftID("n1"), RaftID("n2"), RaftID("n3")}
-	net := &benchNet{inboxes: map[uint64]chan *raftpb.Message{}}
+	net := &benchNet{nodes: map[uint64]benchNode{}}
 	c := &benchCluster{}
 	for _, id := range peers {
 		s, err := raftstore.Create(b.TempDir(), nil, benchLogger)
@@ -203,7 +204,7 @@ func startBenchCluster(b *testing.B, start func(id uint64, log Log, peers []uint
 		}
 		b.Cleanup(func() { s.Close() }) // after the nodes stop (cleanups run last first)
 		n := start(id, countingLog{s, &c.writes}, peers)
-		net.inboxes[id] = n.inbox()
+		net.nodes[id] = n
 		c.nodes = append(c.nodes, n)
 	}
 	b.Cleanup(func() {
@@ -266,7 +267,7 @@ func (c *benchCluster) commit(data []byte) error {
 
 // check reports the retries and fails the benchmark if the leader applied
 // fewer proposals than were acknowledged.
-func (c *benchCluster) check(b *testing.B) {
+func (c *benchCluster) check(b testing.TB) {
 	if n := c.retries.Load(); n > 0 {
 		b.Logf("%d proposals were retried after a leader change", n)
 	}
@@ -299,9 +300,9 @@ type asyncBenchNode struct {
 // countingSM is a state machine that only counts what it applies.
 type countingSM struct{ n atomic.Int64 }
 
-func (s *countingSM) apply(uint64, []byte) any     { s.n.Add(1); return nil }
-func (s *countingSM) snapshot() []byte             { return nil }
-func (s *countingSM) restore(uint64, []byte) error { return nil }
+func (s *countingSM) apply(uint64, []byte, []trace.TraceID) any { s.n.Add(1); return nil }
+func (s *countingSM) snapshot(io.Writer) error                  { return nil }
+func (s *countingSM) restore(uint64, []byte) error              { return nil }
 
 func newAsyncBenchNode(id uint64, log Log, peers []uint64) *asyncBenchNode {
 	sm := &countingSM{}
@@ -326,10 +327,19 @@ func newAsyncBenchNode(id uint64, log Log, peers []uint64) *asyncBenchNode {
 
 func (n *asyncBenchNode) start(net *benchNet) { n.g.start(net) }
 
-func (n *asyncBenchNode) inbox() chan *raftpb.Message { return n.g.inbox }
-func (n *asyncBenchNode) isLeader() bool              { return n.g.status.Load().state == raft.StateLeader }
-func (n *asyncBenchNode) applied() int64              { return n.sm.n.Load() }
-func (n *asyncBenchNode) close() error                { n.g.close(); return n.g.err }
+// offer queues m in the group's inbox as its deliver does, but never waits.
+func (n *asyncBenchNode) offer(m *raftpb.Message) {
+	n.g.queued.Add(1)
+	select {
+	case n.g.inbox <- m:
+	default:
+		n.g.queued.Add(-1)
+	}
+}
+
+func (n *asyncBenchNode) isLeader() bool { return n.g.status.Load().state == raft.StateLeader }
+func (n *asyncBenchNode) applied() int64 { return n.sm.n.Load() }
+func (n *asyncBenchNode) close() error   { n.g.close(); return n.g.err }
 
 func (n *asyncBenchNode) propose(ctx context.Context, data []byte) error {
 	return n.g.propose(ctx, data).err
@@ -384,9 +394,15 @@ func newReadyBenchNode(id uint64, log Log, peers []uint64, mustSync bool) *ready
 		waiting: map[uint64]*request{}}
 }
 
-func (n *readyBenchNode) inbox() chan *raftpb.Message { return n.in }
-func (n *readyBenchNode) isLeader() bool              { return n.leader.Load() }
-func (n *readyBenchNode) applied() int64              { return n.count.Load() }
+func (n *readyBenchNode) offer(m *raftpb.Message) {
+	select {
+	case n.in <- m:
+	default:
+	}
+}
+
+func (n *readyBenchNode) isLeader() bool { return n.leader.Load() }
+func (n *readyBenchNode) applied() int64 { return n.count.Load() }
 
 func (n *readyBenchNode) start(net *benchNet) {
 	n.net = net

@@ -19,10 +19,12 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencehq/fence/internal/audit"
 	"github.com/fencehq/fence/internal/clock"
 	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/hotlocks"
 	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/raftstore"
 	"github.com/fencehq/fence/internal/transport"
@@ -77,6 +79,9 @@ type Config struct {
 	// 10 to 20 ticks without a leader, and the leader heartbeats every
 	// HeartbeatTimeout.
 	HeartbeatTimeout, ElectionTimeout time.Duration
+	// HotLocks is how many lock names the hot-lock sketch tracks (0:
+	// hotlocks.DefaultK).
+	HotLocks int
 	// WatchHistory is how many lock events the node keeps for watchers to
 	// resume from (0: watch.DefaultMaxEvents).
 	WatchHistory int
@@ -119,10 +124,13 @@ type Node struct {
 	proposer *proposer
 	lessor   *lessor
 	waiters  waiters
-	history  *watch.History // the lock events applied, for Watch
-	addrs    *addrBook      // members' client addresses, for the leader to record
-	audit    *audit.Log     // nil unless Config.AuditFile is set
-	led      atomic.Bool    // this node has led (read only by a planted bug)
+	history  *watch.History   // the lock events applied, for Watch
+	holds    holdTimes        // guarded by replica.mu: when each live grant began, for the hold-time metrics
+	waits    waitStarts       // guarded by replica.mu: when each queued acquire began, for the wait-time metrics
+	hot      *hotlocks.Sketch // guarded by replica.mu: the hottest lock names, for HotLocks
+	addrs    *addrBook        // members' client addresses, for the leader to record
+	audit    *audit.Log       // nil unless Config.AuditFile is set
+	led      atomic.Bool      // this node has led (read only by a planted bug)
 	// leaderEnd is closed when this node's leadership ends (closed while it
 	// does not lead); see LeadershipEnds.
 	leaderMu  sync.Mutex
@@ -197,6 +205,9 @@ func (n *Node) open() error {
 	}
 
 	n.history = watch.New(cfg.WatchHistory, 0)
+	n.holds = holdTimes{}
+	n.waits = waitStarts{}
+	n.hot = hotlocks.New(cfg.HotLocks, 0)
 	n.replica = &replica{state: fsm.New(), applied: n.applied, restored: n.restored, log: n.log}
 	tick := max(time.Millisecond, cfg.ElectionTimeout/10)
 	var g *group
@@ -254,7 +265,7 @@ func (n *Node) open() error {
 		}
 	}
 
-	n.lessor = newLessor(cfg.Clock, cfg.TickInterval, n.proposer.proposeAll, n.log)
+	n.lessor = newLessor(cfg.Clock, cfg.TickInterval, n.proposer.proposeAll, n.replica.read, n.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	n.ctx, n.cancel = ctx, cancel
 	n.wg.Add(3)
@@ -429,6 +440,9 @@ func (n *Node) moved() {
 // restored runs on the apply path (replica locked) after a snapshot restore.
 func (n *Node) restored(index uint64) {
 	n.history.Reset(index)
+	clear(n.holds) // grants made before the snapshot: their start is unknown
+	clear(n.waits) // and so are waits
+	n.hot.Reset()
 	n.waiters.wakeAll()
 	if n.audit != nil {
 		if err := n.audit.Restored(); err != nil {
@@ -438,20 +452,23 @@ func (n *Node) restored(index uint64) {
 }
 
 // applied runs on the apply path (replica locked) for every entry.
-func (n *Node) applied(index uint64, cmds []fsm.Command, results []fsm.Result) {
+func (n *Node) applied(index uint64, cmds []fsm.Command, results []fsm.Result, traces []trace.TraceID) {
 	if n.audit != nil {
-		if err := n.audit.Entry(index, cmds, results); err != nil {
+		if err := n.audit.Entry(index, cmds, results, traces); err != nil {
 			n.log.Error("audit file write failed", "index", index, "err", err)
 		}
 	}
 	n.lessor.applied(results)
 	n.history.Publish(index, results)
 	m := n.cfg.Metrics
+	now := n.replica.state.Clock() // the replica is locked
 	for i := range results {
 		r := &results[i]
 		switch {
 		case r.Code == fsm.LockHeld && r.Delayed:
-			m.LockDelayRefused.Inc()
+			m.Prefix(cmds[i].Name).DelayRefused()
+		case r.Code == fsm.LeaseNotFound && cmds[i].Kind == fsm.KindRenew:
+			m.RenewalsFailed.Inc()
 		case r.Code == fsm.Stale:
 			m.StaleWrites.Inc()
 		case r.Code == fsm.OK && cmds[i].Kind == fsm.KindExpire:
@@ -462,15 +479,46 @@ func (n *Node) applied(index uint64, cmds []fsm.Command, results []fsm.Result) {
 		for j := range r.Events {
 			e := &r.Events[j]
 			n.waiters.event(e)
-			switch e.Kind {
-			case fsm.Granted:
-				m.Grants.Inc()
-			case fsm.Released:
-				m.Releases.Inc()
-			case fsm.LeaseRenewed:
-				m.Renewals.Inc()
-			}
+			n.observe(e, now)
 		}
+	}
+}
+
+// observe feeds one applied event, at log clock now, to the metrics and
+// the hot-lock sketch. The replica is locked.
+func (n *Node) observe(e *fsm.Event, now time.Duration) {
+	m := n.cfg.Metrics
+	switch e.Kind {
+	case fsm.Granted:
+		m.Grants.Inc()
+		n.holds.granted(e.Token, now, e.TTL)
+		n.hot.Granted(e.Name, now)
+		if waited, ok := n.waits.ended(e.Lease, e.Name, now); ok {
+			m.Prefix(e.Name).ObserveWait(waited)
+			n.hot.Waited(e.Name, waited, now)
+		}
+	case fsm.Released:
+		m.Releases.Inc()
+		held, ttl, known := n.holds.ended(e.Token, now)
+		if !known && e.Cause != fsm.CauseExpired {
+			return
+		}
+		p := m.Prefix(e.Name)
+		if known {
+			p.ObserveHold(e.Cause.String(), held, ttl)
+		}
+		if e.Cause == fsm.CauseExpired {
+			p.ExpiredHeld()
+			n.hot.Expired(e.Name, now)
+		}
+	case fsm.LeaseRenewed:
+		m.Renewals.Inc()
+		m.RenewalSlack.Observe(e.Slack.Seconds())
+	case fsm.WaitStarted:
+		n.waits[waitKey{e.Lease, e.Name}] = now
+		n.hot.WaitStarted(e.Name, now)
+	case fsm.WaitCancelled, fsm.WaitEnded:
+		_, _ = n.waits.ended(e.Lease, e.Name, now)
 	}
 }
 
@@ -600,6 +648,18 @@ func (n *Node) Read(ctx context.Context, fn func(*fsm.State)) error {
 // View runs fn on this node's state as applied so far (not linearizable).
 func (n *Node) View(fn func(*fsm.State)) { n.replica.read(fn) }
 
+// HeldFor returns how long the grant with token has been held, by the log
+// clock of s; ok is false for a grant this node does not know the start of
+// (delayed, ended, or older than the snapshot it restored). Call it only
+// inside View or ViewAt, with the state they pass.
+func (n *Node) HeldFor(s *fsm.State, token uint64) (time.Duration, bool) {
+	h, ok := n.holds[token]
+	if !ok {
+		return 0, false
+	}
+	return s.Clock() - h.at, true
+}
+
 // ViewAt is View that also tells fn the index of the last entry applied to
 // the state it sees: a Watch from the next index misses nothing after it.
 func (n *Node) ViewAt(fn func(s *fsm.State, index uint64)) { n.replica.readAt(fn) }
@@ -627,6 +687,13 @@ func (n *Node) Leave(lease fsm.LeaseID, name string, seq uint64, ch chan uint64)
 
 // Deadline returns a lease's deadline on this leader's clock, if it tracks it.
 func (n *Node) Deadline(id fsm.LeaseID) (time.Time, bool) { return n.lessor.deadline(id) }
+
+// DelayEnd returns when the lock-delay of lock name (begun by the expiry of
+// the grant with token) ends on this leader's clock, if it tracks it: the
+// time this leader proposes handing the lock on.
+func (n *Node) DelayEnd(name string, token uint64) (time.Time, bool) {
+	return n.lessor.delayEnd(name, token)
+}
 
 // ClusterID returns the id every raft message of this group carries.
 // AuditDenial writes a call the policy refused to the audit file, if there
@@ -723,4 +790,28 @@ func (n *Node) ProposeEntry(ctx context.Context, cmds []fsm.Command) ([]fsm.Resu
 // name on this node.
 func (n *Node) Waiting(lease fsm.LeaseID, name string, seq uint64) int {
 	return n.waiters.attempts(lease, name, seq)
+}
+
+// HotLock is one lock of HotLocks: its decayed counts, and how many wait
+// for it now.
+type HotLock struct {
+	hotlocks.Lock
+	Waiters int
+}
+
+// HotLocks returns up to limit of the hottest locks this node's apply path
+// has seen lately whose names keep admits (nil: all), hottest first, the
+// sketch's decay time constant, and the index of the last entry applied.
+func (n *Node) HotLocks(limit int, keep func(name string) bool) (locks []HotLock, window time.Duration, index uint64) {
+	n.replica.readAt(func(s *fsm.State, at uint64) {
+		for _, l := range n.hot.Top(limit, s.Clock(), keep) {
+			h := HotLock{Lock: l}
+			if k, ok := s.Lock(l.Name); ok {
+				h.Waiters = len(k.Waiters)
+			}
+			locks = append(locks, h)
+		}
+		window, index = n.hot.Tau(), at
+	})
+	return locks, window, index
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/metrics"
 )
@@ -30,11 +32,17 @@ func validate(cmd *fsm.Command) error {
 // are unanswered, so that a batch fills up while the ones before it commit
 // (one command alone when idle, hundreds under load), and answers a batch's
 // callers when it applies the batch's entry. No goroutine stands between
-// the callers and the loop.
+// the callers and the loop, and a caller that finds the loop idle proposes
+// its batch itself (kick).
 type proposer struct {
 	maxBatch int
 	metrics  *metrics.Server
 	ready    chan struct{} // cap 1: the queue has something
+	// kick is called after commands were queued: the group's kick, which
+	// takes them to raft on the caller's goroutine if the loop is idle, or
+	// else signals ready (signal, until the group sets it). Set before the
+	// first push.
+	kick func()
 
 	mu     sync.Mutex
 	queue  []*proposal // guarded by mu, in arrival order
@@ -51,6 +59,8 @@ type proposal struct {
 	// answers them all (a lease renewed later than asked is still renewed
 	// no earlier than asked).
 	also []*proposal
+	// traced is set if the proposer's context held a span (trace.go).
+	traced *proposalTrace
 }
 
 // answer delivers the result to the proposal and those sharing it.
@@ -62,8 +72,9 @@ func (pr *proposal) answer(out proposalResult) {
 }
 
 type proposalResult struct {
-	res fsm.Result
-	err error
+	res    fsm.Result
+	err    error
+	traced *batchTrace // the batch's trace, if it had a traced command
 }
 
 // maxInflightBatches is how many batches may wait for their commit at once.
@@ -86,7 +97,17 @@ func commandSize(cmd *fsm.Command) int {
 }
 
 func newProposer(maxBatch int, m *metrics.Server) *proposer {
-	return &proposer{maxBatch: maxBatch, metrics: m, ready: make(chan struct{}, 1)}
+	p := &proposer{maxBatch: maxBatch, metrics: m, ready: make(chan struct{}, 1)}
+	p.kick = p.signal
+	return p
+}
+
+// signal tells the loop that the queue has something.
+func (p *proposer) signal() {
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
 }
 
 // propose commits cmd through raft and returns its result. A ctx that ends
@@ -104,9 +125,13 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 	out := make([]proposalResult, len(cmds))
 	prs := make([]*proposal, len(cmds))
 	queued := make([]*proposal, 0, len(cmds))
+	var traced *proposalTrace // shared by the commands of this call
+	if span := trace.SpanContextFromContext(ctx); span.IsValid() {
+		traced = &proposalTrace{span: span, queued: time.Now()}
+	}
 	for i := range cmds {
 		if out[i].err = validate(&cmds[i]); out[i].err == nil {
-			prs[i] = &proposal{cmd: cmds[i], done: make(chan proposalResult, 1)}
+			prs[i] = &proposal{cmd: cmds[i], done: make(chan proposalResult, 1), traced: traced}
 			queued = append(queued, prs[i])
 		}
 	}
@@ -116,16 +141,23 @@ func (p *proposer) proposeAll(ctx context.Context, cmds []fsm.Command) []proposa
 				out[i].err = err
 			}
 		}
-		return out
-	}
-	for i, pr := range prs {
-		if pr == nil {
-			continue
+	} else {
+		for i, pr := range prs {
+			if pr == nil {
+				continue
+			}
+			select {
+			case out[i] = <-pr.done:
+			case <-ctx.Done():
+				out[i].err = fmt.Errorf("%w (%v)", ErrIndeterminate, ctx.Err())
+			}
 		}
-		select {
-		case out[i] = <-pr.done:
-		case <-ctx.Done():
-			out[i].err = fmt.Errorf("%w (%v)", ErrIndeterminate, ctx.Err())
+	}
+	if traced != nil {
+		for i, pr := range prs {
+			if pr != nil {
+				traceCommand(ctx, pr, out[i])
+			}
 		}
 	}
 	return out
@@ -143,10 +175,7 @@ func (p *proposer) push(prs []*proposal) error {
 	}
 	p.queue = append(p.queue, prs...)
 	p.mu.Unlock()
-	select {
-	case p.ready <- struct{}{}:
-	default:
-	}
+	p.kick()
 	return nil
 }
 
@@ -168,9 +197,10 @@ func (p *proposer) next() *request {
 	p.inflight++
 	p.metrics.BatchSize.Observe(float64(len(batch)))
 	start := time.Now()
-	return &request{data: fsm.EncodeBatch(nil, cmds), then: func(o outcome) {
+	traced := traceOf(batch, start)
+	return &request{data: fsm.EncodeBatch(nil, cmds), traced: traced, then: func(o outcome) {
 		p.inflight--
-		p.answer(batch, o, start)
+		p.answer(batch, o, start, traced)
 	}}
 }
 
@@ -206,20 +236,23 @@ func (p *proposer) gather() []*proposal {
 }
 
 // answer answers a batch's proposals with its entry's outcome.
-func (p *proposer) answer(batch []*proposal, o outcome, start time.Time) {
+func (p *proposer) answer(batch []*proposal, o outcome, start time.Time, traced *batchTrace) {
+	if traced != nil {
+		traced.index = o.index
+	}
 	if o.err == nil {
 		p.metrics.ApplyLatency.Observe(time.Since(start).Seconds())
 		results, ok := o.result.([]fsm.Result)
 		if ok && len(results) == len(batch) {
 			for i, pr := range batch {
-				pr.answer(proposalResult{res: results[i]})
+				pr.answer(proposalResult{res: results[i], traced: traced})
 			}
 			return
 		}
 		o.err = fmt.Errorf("entry refused by the state machine: %v", o.result)
 	}
 	for _, pr := range batch {
-		pr.answer(proposalResult{err: o.err})
+		pr.answer(proposalResult{err: o.err, traced: traced})
 	}
 }
 

@@ -2,8 +2,11 @@ package node
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencehq/fence/internal/fsm"
 )
@@ -17,7 +20,9 @@ type replica struct {
 
 	// applied is called with mu held for writing after each entry, with the
 	// entry's index, commands and results, in log order. It must not block.
-	applied func(index uint64, cmds []fsm.Command, results []fsm.Result)
+	// traces are the commands' trace ids when this node proposed the entry
+	// (see stateMachine.apply), else nil.
+	applied func(index uint64, cmds []fsm.Command, results []fsm.Result, traces []trace.TraceID)
 	// restored is called with mu held for writing after a snapshot taken at
 	// index replaced the state.
 	restored func(index uint64)
@@ -27,7 +32,7 @@ type replica struct {
 // apply decodes a batch entry and applies each command. It returns the
 // []fsm.Result in command order, or an error for an entry that does not
 // decode (every replica skips it the same way).
-func (r *replica) apply(index uint64, data []byte) any {
+func (r *replica) apply(index uint64, data []byte, traces []trace.TraceID) any {
 	cmds, err := fsm.DecodeBatch(data)
 	if err != nil {
 		r.log.Error("skipping undecodable log entry", "index", index, "err", err)
@@ -40,15 +45,19 @@ func (r *replica) apply(index uint64, data []byte) any {
 	for i := range cmds {
 		results[i] = r.state.Apply(&cmds[i])
 	}
-	r.applied(index, cmds, results)
+	r.applied(index, cmds, results, traces)
 	return results
 }
 
-// snapshot encodes the state as applied so far.
-func (r *replica) snapshot() []byte {
+// snapshot writes the encoding of the state as applied so far to w, a
+// chunk at a time (fsm.State.Encode).
+func (r *replica) snapshot(w io.Writer) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.state.Marshal(nil)
+	return r.state.Encode(func(chunk []byte) error {
+		_, err := w.Write(chunk)
+		return err
+	})
 }
 
 // restore replaces the state with a snapshot's, taken at index.

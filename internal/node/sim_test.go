@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencehq/fence/internal/fsm"
@@ -30,6 +31,9 @@ type simConfig struct {
 	nodes    int
 	duration time.Duration // simulated time with faults, then a quiet period
 	clients  int
+	// lazyHardState: the logs' SetHardState syncs nothing, not even a new
+	// term or vote (core.persist must make those durable itself).
+	lazyHardState bool
 }
 
 // sim is the world of one run.
@@ -124,6 +128,7 @@ func newSim(cfg simConfig) *sim {
 	var boot []Member
 	for i := 0; i < cfg.nodes+1; i++ { // one spare joins later
 		n := &simNode{i: i, name: fmt.Sprintf("n%d", i+1), log: newSimLog(), member: i < cfg.nodes}
+		n.log.lazy = cfg.lazyHardState
 		n.id = RaftID(n.name)
 		s.nodes = append(s.nodes, n)
 		if n.member {
@@ -142,8 +147,11 @@ func newSim(cfg simConfig) *sim {
 // start brings node n up from its log (boot: the first start's voters).
 func (s *sim) start(n *simNode, boot []Member) {
 	n.rep = &replica{state: fsm.New(), log: discard,
-		applied:  func(index uint64, cmds []fsm.Command, results []fsm.Result) { s.check.applied(n, index, cmds, results) },
+		applied: func(index uint64, cmds []fsm.Command, results []fsm.Result, _ []trace.TraceID) {
+			s.check.applied(n, index, cmds, results)
+		},
 		restored: func(uint64) { s.check.restored(n) }}
+	s.check.started(n)
 	c, err := newCore(coreConfig{id: n.id, log: n.log, sm: n.rep, electionTick: 10, heartbeatTick: 1,
 		snapshotThreshold: 40, trailing: 5, logger: discard, raftLogLevel: slog.LevelError + 100,
 		leadership:     func(leading bool) { s.logf("%s leading=%v", n.name, leading) },
@@ -196,6 +204,7 @@ func (s *sim) process(n *simNode) {
 		return
 	}
 	send, appends := n.c.ready()
+	s.check.led(n)
 	s.route(n, send)
 	for _, m := range appends {
 		n.writes = append(n.writes, appendJob{msg: m})
@@ -257,6 +266,7 @@ func (s *sim) nextWrite(n *simNode) {
 // reordered) or duplicated; a cut link loses everything.
 func (s *sim) route(from *simNode, msgs []*raftpb.Message) {
 	for _, m := range msgs {
+		s.check.sent(from, m)
 		to := s.byID(m.GetTo())
 		snap := m.GetType() == raftpb.MsgSnap
 		lost := to == nil || s.cut[[2]int{from.i, to.i}] || !s.quiet && s.rng.Float64() < 0.02

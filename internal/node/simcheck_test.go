@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/histcheck"
@@ -21,11 +23,15 @@ import (
 //     member has applied it by the end;
 //   - tokens are unique and increase in commit order; one holder per lock;
 //     no grant to a lease that has ended; no call takes effect twice;
-//   - the clients' history of locks and fenced writes is linearizable.
+//   - the clients' history of locks and fenced writes is linearizable;
+//   - Election Safety: at most one node leads a term (a vote lost in a
+//     crash lets a node vote twice in a term, and two nodes lead it).
 type simChecker struct {
 	s       *sim
 	errs    []string
 	canon   map[uint64]*applyRecord // index → the entry as first applied
+	leaders map[uint64]string       // term → the node that led it
+	votes   map[string]termVote     // node → the last vote it granted
 	acks    []ackRecord
 	history []porcupine.Operation
 }
@@ -50,7 +56,45 @@ type ackRecord struct {
 }
 
 func newSimChecker(s *sim) *simChecker {
-	return &simChecker{s: s, canon: map[uint64]*applyRecord{}}
+	return &simChecker{s: s, canon: map[uint64]*applyRecord{}, leaders: map[uint64]string{}, votes: map[string]termVote{}}
+}
+
+// sent records a vote n granted (a MsgVoteResp that left it): n promised
+// not to vote for another node in that term, across crashes.
+func (k *simChecker) sent(n *simNode, m *raftpb.Message) {
+	if m.GetType() == raftpb.MsgVoteResp && !m.GetReject() {
+		k.votes[n.name] = termVote{m.GetTerm(), m.GetTo()}
+	}
+}
+
+// started checks that n, starting from its log after a crash, still knows
+// of the last vote it granted: a later term, or that term and that vote.
+func (k *simChecker) started(n *simNode) {
+	v, ok := k.votes[n.name]
+	if !ok {
+		return
+	}
+	hs, _, _ := n.log.InitialState()
+	if hs.GetTerm() < v.term || hs.GetTerm() == v.term && hs.GetVote() != v.vote {
+		k.fail("%s restarts at term %d with vote %x, but it granted its vote in term %d to %x: the vote was lost (it may vote twice in the term)",
+			n.name, hs.GetTerm(), hs.GetVote(), v.term, v.vote)
+	}
+}
+
+// led records that n leads its current term, if it does.
+func (k *simChecker) led(n *simNode) {
+	st := n.c.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader {
+		return
+	}
+	term := st.HardState.GetTerm()
+	first, ok := k.leaders[term]
+	switch {
+	case !ok:
+		k.leaders[term] = n.name
+	case first != n.name:
+		k.fail("election safety: %s and %s both led term %d", first, n.name, term)
+	}
 }
 
 func (k *simChecker) fail(format string, args ...any) {

@@ -13,17 +13,19 @@ import (
 type simLog struct {
 	*raft.MemoryStorage
 	synced *raftpb.HardState // the hard state on disk (SetHardState may leave a newer one unsynced)
+	lazy   bool              // SetHardState syncs nothing, not even a new term or vote
 }
 
 func newSimLog() *simLog {
 	return &simLog{MemoryStorage: raft.NewMemoryStorage(), synced: &raftpb.HardState{}}
 }
 
-// SetHardState records hs at once but leaves a commit-only change unsynced:
-// a crash before the next Append loses it (see crash).
+// SetHardState records hs at once but leaves a commit-only change (any
+// change, if lazy) unsynced: a crash before the next Append loses it (see
+// crash).
 func (l *simLog) SetHardState(hs *raftpb.HardState) error {
 	hs = proto.Clone(hs).(*raftpb.HardState)
-	if hs.GetTerm() != l.synced.GetTerm() || hs.GetVote() != l.synced.GetVote() {
+	if !l.lazy && (hs.GetTerm() != l.synced.GetTerm() || hs.GetVote() != l.synced.GetVote()) {
 		l.synced = hs
 	}
 	return l.MemoryStorage.SetHardState(hs)

@@ -35,6 +35,26 @@ func TestSimulation(t *testing.T) {
 	}
 }
 
+// TestSimulationLazyHardState runs the simulation on logs whose
+// SetHardState syncs nothing, not even a new term or vote: core.persist
+// alone must make a vote durable before its MsgVoteResp leaves, or a crash
+// lets a node vote twice in a term (the checker's election safety).
+// FENCE_SIM_SEEDS sets how many seeds (default 8).
+func TestSimulationLazyHardState(t *testing.T) {
+	if planted.Any {
+		t.Skip("a planted bug is compiled in: TestSimulationFindsThePlantedBug runs instead")
+	}
+	seeds := envUint(t, "FENCE_SIM_SEEDS", 8)
+	first := envUint(t, "FENCE_SIM_SEED", 1)
+	for i := range seeds {
+		seed := first + i
+		s := runSim(t, simConfig{seed: seed, nodes: 3 + 2*int(seed%2), duration: 20 * time.Second, clients: 4, lazyHardState: true})
+		if s.check.failed() {
+			t.Fatalf("seed %d, lazy SetHardState: %v\n--- the events before it:\n%s", seed, s.check.errs, s.report())
+		}
+	}
+}
+
 // TestSimulationFindsThePlantedBug runs, in a build with a planted bug
 // (a fence_bug_* tag), seeds until the simulation reports a violation, and
 // fails if none does within FENCE_SIM_SEEDS (default 32). With

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 )
 
@@ -181,6 +182,20 @@ func HostOf(addr string) string {
 func IsLoopback(addr string) bool {
 	host := HostOf(addr)
 	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// IsLoopbackHost reports whether an HTTP Host header (host, host:port,
+// [v6] or [v6]:port) names a loopback address or localhost, in any case.
+func IsLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)

@@ -66,7 +66,11 @@
 // # Memory view
 //
 // After Open the memory view holds exactly what the disk does: the loaded
-// snapshot, the last hard state, and the entries after the snapshot. Each
+// snapshot's metadata, the last hard state, and the entries after the
+// snapshot. A snapshot's data is not kept in memory: Snapshot reads it
+// from the snapshot file each time it is called (raft calls it to send
+// the snapshot to a follower that fell behind), so a node holding a
+// million leases does not keep a second copy of its state's encoding. Each
 // Append and SaveSnapshot changes the disk first and the memory view after,
 // so raft never sees an entry or hard state that is not durable. The one
 // difference between a store's memory view and what Open would rebuild is

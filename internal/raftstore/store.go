@@ -53,6 +53,10 @@ type Store struct {
 	meta []byte
 
 	// ms is the memory view. It has its own lock, which raft's reads take.
+	// Its snapshot is the newest snapshot's metadata without the data:
+	// Snapshot reads the data from the snapshot file when raft needs it
+	// (to send to a follower), so the store does not keep a copy as large
+	// as the state in memory for the rare follower that falls behind.
 	ms *raft.MemoryStorage
 
 	// mu serializes the writers (Append, SaveSnapshot, Close) and guards
@@ -217,7 +221,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	ms := raft.NewMemoryStorage()
 	cs := raftpb.EnsureConfState(nil)
 	if snapshot != nil {
-		if err := ms.ApplySnapshot(snapshot); err != nil {
+		if err := ms.ApplySnapshot(withoutData(snapshot)); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("raftstore: open %s: %w", dir, err)
 		}
@@ -388,7 +392,7 @@ func (s *Store) append(hs *raftpb.HardState, ents []*raftpb.Entry, snapshot *raf
 
 	// Memory view.
 	if haveSnap {
-		if err := s.ms.ApplySnapshot(snapshot); err != nil {
+		if err := s.ms.ApplySnapshot(withoutData(snapshot)); err != nil {
 			return s.fail("append: applying snapshot", err)
 		}
 		s.si = base
@@ -409,7 +413,8 @@ func (s *Store) append(hs *raftpb.HardState, ents []*raftpb.Entry, snapshot *raf
 
 // SaveSnapshot records a snapshot the node took of its own applied state
 // at index, with conf state cs (nil: that of the previous snapshot) and
-// data, which the store keeps and the caller must not change. The
+// data, which the store does not keep once written (Snapshot reads it
+// back from the file). The
 // snapshot file is written and fsynced, then its WAL record (with the
 // commit index raised to index if it was lower), then the memory view
 // takes it (CreateSnapshot) and is compacted to keep trailing entries
@@ -465,7 +470,7 @@ func (s *Store) SaveSnapshot(index uint64, cs *raftpb.ConfState, data []byte, tr
 		return s.fail("save snapshot: writing snapshot record", err)
 	}
 
-	if _, err := s.ms.CreateSnapshot(index, cs, data); err != nil {
+	if _, err := s.ms.CreateSnapshot(index, cs, nil); err != nil {
 		return s.fail("save snapshot: memory view", err)
 	}
 	if next != s.hs {
@@ -524,8 +529,33 @@ func (s *Store) LastIndex() (uint64, error) { return s.ms.LastIndex() }
 // (older ones are in the snapshot).
 func (s *Store) FirstIndex() (uint64, error) { return s.ms.FirstIndex() }
 
-// Snapshot implements raft.Storage: the newest snapshot.
-func (s *Store) Snapshot() (*raftpb.Snapshot, error) { return s.ms.Snapshot() }
+// Snapshot implements raft.Storage: the newest snapshot, its data read from
+// its file (the memory view keeps only its metadata). Each call reads the
+// file into a new buffer; raft calls it only to send the snapshot to a
+// follower whose log it cannot catch up with entries, and the node when it
+// starts (to read its members, then to restore its state). A file that cannot be read (damaged, or removed because
+// three newer snapshots were saved during the read) is logged and reported
+// as raft.ErrSnapshotTemporarilyUnavailable, unwrapped: raft compares with
+// == and panics on any other error; it tries again later.
+func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
+	md, err := s.ms.Snapshot()
+	if err != nil || md.GetMetadata().GetIndex() == 0 {
+		return md, err
+	}
+	snapshot, err := readSnap(filepath.Join(s.dir, snapDirName), md.GetMetadata())
+	if err != nil {
+		s.log.Error("raftstore: reading the newest snapshot file", "dir", s.dir, "index", md.GetMetadata().GetIndex(), "err", err)
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	snapshot.Metadata = md.GetMetadata() // the memory view's, with the optional fields it sets
+	return snapshot, nil
+}
+
+// withoutData returns snapshot's metadata in a snapshot without data: what
+// the memory view keeps.
+func withoutData(snapshot *raftpb.Snapshot) *raftpb.Snapshot {
+	return &raftpb.Snapshot{Metadata: snapshot.GetMetadata()}
+}
 
 // fail records the first disk failure; the store is unusable after it.
 func (s *Store) fail(op string, err error) error {
@@ -537,10 +567,11 @@ func (s *Store) fail(op string, err error) error {
 // writeSnapFile writes and fsyncs a snapshot file, then fsyncs the
 // snapshot directory so the new name is durable too.
 func (s *Store) writeSnapFile(snapshot *raftpb.Snapshot) error {
-	if err := s.ss.SaveSnap(snapshot); err != nil {
+	dir := filepath.Join(s.dir, snapDirName)
+	if err := writeSnap(dir, snapshot); err != nil {
 		return err
 	}
-	return syncDir(filepath.Join(s.dir, snapDirName))
+	return syncDir(dir)
 }
 
 // walSnapshot is the WAL record naming a snapshot.

@@ -3,7 +3,8 @@
 // a test sees and changes what passes: the chaos harness captures the
 // mutating calls to replay them later; the conformance suite loses
 // replies, ends streams early and slips requests into a stream. A
-// NotLeader detail and Members' grpc_addr are rewritten to the relay's
+// NotLeader detail (also in a Session stream's refusals) and Members'
+// grpc_addr are rewritten to the relay's
 // address for that member, so a client that follows them stays behind the
 // relay.
 package relay
@@ -15,6 +16,7 @@ import (
 	"net"
 	"time"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -211,6 +213,7 @@ func (r *Relay) forward(i int, ss grpc.ServerStream) error {
 			break
 		}
 		m = r.rewriteMembers(method, m)
+		m = r.rewriteSession(method, m)
 		last = m
 		out := [][]byte{m}
 		if r.hooks.Down != nil {
@@ -270,6 +273,36 @@ func (r *Relay) relayed(addr string) string {
 		}
 	}
 	return addr
+}
+
+// rewriteSession points the NotLeader detail of a refusal a Session
+// stream carries (SessionResponse.error, a google.rpc.Status) at the relay,
+// as redirect does for a call's status.
+func (r *Relay) rewriteSession(method string, msg []byte) []byte {
+	if method != api.FenceService_Session_FullMethodName {
+		return msg
+	}
+	var resp api.SessionResponse
+	if proto.Unmarshal(msg, &resp) != nil {
+		return msg
+	}
+	e, ok := resp.Result.(*api.SessionResponse_Error)
+	if !ok {
+		return msg
+	}
+	var st spb.Status
+	if proto.Unmarshal(e.Error, &st) != nil {
+		return msg
+	}
+	b, err := proto.Marshal(status.Convert(r.redirect(status.FromProto(&st).Err())).Proto())
+	if err != nil {
+		return msg
+	}
+	e.Error = b
+	if out, err := proto.Marshal(&resp); err == nil {
+		return out
+	}
+	return msg
 }
 
 // redirect rewrites a NotLeader detail's leader address to the relay's

@@ -19,19 +19,7 @@ import (
 func TestAuditFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	srv := locktest.Start(t, func(c *server.Config) { c.AuditFile = path })
-	cl, err := client.Dial(t.Context(), []string{srv.GRPCAddr()}, client.WithInsecure(), client.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := cl.Lock(t.Context(), "audited")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
-	srv.Close()
+	l := locktest.LockOnce(t.Context(), t, srv, "audited", client.WithTTL(5*time.Second))
 
 	f, err := os.Open(path)
 	if err != nil {

@@ -39,12 +39,14 @@ func cluster(any) string { return "" }
 var needs = map[string]need{
 	api.FenceService_CreateLease_FullMethodName:    {policy.Acquire, nil},
 	api.FenceService_KeepAlive_FullMethodName:      {policy.Acquire, nil},
+	api.FenceService_Session_FullMethodName:        {policy.Acquire, nil}, // each call is judged as its unary call (session.go)
 	api.FenceService_Revoke_FullMethodName:         {policy.Acquire, nil},
 	api.FenceService_Acquire_FullMethodName:        {policy.Acquire, named[*api.AcquireRequest]},
 	api.FenceService_Release_FullMethodName:        {policy.Acquire, named[*api.ReleaseRequest]},
 	api.FenceService_Put_FullMethodName:            {policy.Acquire, keyed[*api.PutRequest]},
 	api.FenceService_GetLock_FullMethodName:        {policy.Read, named[*api.GetLockRequest]},
 	api.FenceService_ListLocks_FullMethodName:      {policy.Read, nil}, // the answer holds only the caller's names
+	api.FenceService_HotLocks_FullMethodName:       {policy.Read, nil}, // so does this one's
 	api.FenceService_Watch_FullMethodName:          {policy.Read, nil}, // judged per name by the handler
 	api.FenceService_Get_FullMethodName:            {policy.Read, keyed[*api.GetRequest]},
 	api.FenceService_Members_FullMethodName:        {policy.Read, nil},
@@ -133,6 +135,12 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 // refused reports a call the policy refuses — counted, logged and written
 // to the audit file with the caller — and returns err.
 func (s *Server) refused(ctx context.Context, method, id string, err error) error {
+	if isDryRun(ctx) && status.Code(err) == codes.PermissionDenied {
+		// A known identity's question about its rights, not a call (the
+		// dashboard's /ui/api/may). Without an identity, or with a token
+		// the policy does not know, it is a probe: recorded as any call.
+		return err
+	}
 	st := status.Convert(err)
 	s.metrics.AuthDenied.WithLabelValues(st.Code().String()).Inc()
 	s.log.Warn("call refused", "method", method, "identity", id, "caller", callerAddr(ctx), "err", st.Message())

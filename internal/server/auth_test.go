@@ -52,14 +52,16 @@ type policyCluster struct {
 	audit  string // the audit file
 }
 
-func startWithPolicy(t *testing.T, doc string) *policyCluster {
+// startWithPolicy starts a TLS node under the policy doc; mutate, if
+// given, adjusts its config.
+func startWithPolicy(t *testing.T, doc string, mutate ...func(*server.Config)) *policyCluster {
 	t.Helper()
 	dir := t.TempDir()
 	pc := &policyCluster{t: t, certs: locktest.NewCerts(t), policy: filepath.Join(dir, "policy.yaml"), audit: filepath.Join(dir, "audit.jsonl")}
 	if err := os.WriteFile(pc.policy, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pc.srv = locktest.Start(t, pc.certs.Serve, func(c *server.Config) { c.PolicyFile, c.AuditFile = pc.policy, pc.audit })
+	pc.srv = locktest.Start(t, append([]func(*server.Config){pc.certs.Serve, func(c *server.Config) { c.PolicyFile, c.AuditFile = pc.policy, pc.audit }}, mutate...)...)
 	pc.addr = pc.srv.GRPCAddr()
 	return pc
 }

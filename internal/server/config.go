@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencehq/fence/internal/clock"
 	"github.com/fencehq/fence/internal/fsm"
+	"github.com/fencehq/fence/internal/hotlocks"
+	"github.com/fencehq/fence/internal/metrics"
 	"github.com/fencehq/fence/internal/node"
 	"github.com/fencehq/fence/internal/pki"
 	"github.com/fencehq/fence/internal/watch"
@@ -138,6 +141,14 @@ type Config struct {
 	// ElectionTimeout/10.
 	HeartbeatTimeout, ElectionTimeout time.Duration
 
+	// MetricsPrefixes maps lock names to the prefix label of the per-lock
+	// metrics (--metrics-prefix-separator, --metrics-prefix-depth,
+	// --metrics-max-prefixes; see metrics.PrefixConfig).
+	MetricsPrefixes metrics.PrefixConfig
+	// HotLocks is how many lock names the hot-lock sketch behind HotLocks
+	// tracks (--hot-locks): its memory, whatever the number of names.
+	HotLocks int
+
 	// Clock drives leases, ticks and lock-delays. Raft keeps its own timers.
 	Clock clock.Clock
 	// Registerer receives the server's metrics; nil means a fresh registry
@@ -152,6 +163,14 @@ type Config struct {
 	// RaftLogLevel is the level of the raft library's own log: debug, info,
 	// warn (the default), error or off.
 	RaftLogLevel string
+	// TracerProvider, if set, traces every call but the long streams
+	// (KeepAlive, Watch): a server span per call, continuing the caller's
+	// W3C trace context (traceparent metadata), with the raft path of the
+	// commands it proposes as children (fence.raft.propose, .commit,
+	// .apply), and the audit file's lines for those commands on this node
+	// carry the trace id. Nil: no tracing, at no cost. The caller shuts
+	// it down, after Close.
+	TracerProvider trace.TracerProvider
 }
 
 // checkAdvertised refuses advertised addresses nobody can dial, and a bind
@@ -227,6 +246,8 @@ func DefaultConfig() Config {
 		SnapshotThreshold: 16384,
 		TrailingLogs:      10240,
 		WatchHistory:      watch.DefaultMaxEvents,
+		MetricsPrefixes:   metrics.DefaultPrefixConfig(),
+		HotLocks:          hotlocks.DefaultK,
 		HeartbeatTimeout:  100 * time.Millisecond,
 		ElectionTimeout:   500 * time.Millisecond,
 		JoinTimeout:       2 * time.Minute,
@@ -275,6 +296,10 @@ func (c *Config) Validate() error {
 	check(c.MaxBatch >= 1, "max batch %d must be at least 1", c.MaxBatch)
 	check(c.SnapshotThreshold >= 1, "snapshot threshold must be at least 1")
 	check(c.WatchHistory >= 1 && c.WatchHistory <= maxWatchHistory, "watch history %d is outside 1…%d events", c.WatchHistory, maxWatchHistory)
+	if err := c.MetricsPrefixes.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	check(c.HotLocks >= 1 && c.HotLocks <= maxHotLocks, "--hot-locks %d is outside 1…%d", c.HotLocks, maxHotLocks)
 	check(c.ElectionTimeout >= 10*time.Millisecond, "election timeout %v must be at least 10ms", c.ElectionTimeout)
 	check(c.HeartbeatTimeout >= c.ElectionTimeout/10 && c.HeartbeatTimeout <= c.ElectionTimeout/2,
 		"heartbeat timeout %v must be between a tenth and a half of the election timeout %v", c.HeartbeatTimeout, c.ElectionTimeout)

@@ -28,6 +28,11 @@ func FuzzRequestValidation(f *testing.F) {
 	f.Add(seed, "jobs/nightly", []byte("0123456789abcdef"), int64(30e9), uint64(1))
 	f.Add([]byte{0x0a, 0x01}, "\xff", []byte{1}, int64(-1), uint64(0))
 	f.Add([]byte{}, "a\x00b", []byte{}, int64(1<<62), uint64(1<<63))
+	once, _ := proto.Marshal(&api.AcquireRequest{RequestId: make([]byte, 16), LeaseSecret: []byte("0123456789abcdef"), Name: "jobs/nightly",
+		OncePer: durationpb.New(24 * time.Hour)})
+	f.Add(once, "jobs/nightly", []byte("0123456789abcdef"), int64(-1), uint64(1))
+	ran, _ := proto.Marshal(&api.ReleaseRequest{RequestId: make([]byte, 16), LeaseSecret: []byte("0123456789abcdef"), Name: "jobs/nightly", RecordRun: true})
+	f.Add(ran, "jobs/nightly", []byte("0123456789abcdef"), int64(0), uint64(3))
 	f.Fuzz(func(t *testing.T, wire []byte, name string, lease []byte, nanos int64, token uint64) {
 		check := func(what string, build func() (func() error, error)) {
 			fsmErr, err := build()
@@ -49,13 +54,17 @@ func FuzzRequestValidation(f *testing.F) {
 		if proto.Unmarshal(wire, &cl) == nil {
 			check("wire create-lease", func() (func() error, error) { c, err := l.createLease(&cl); c.Lease[0] = 1; return c.Validate, err })
 		}
+		var rel api.ReleaseRequest
+		if proto.Unmarshal(wire, &rel) == nil {
+			check("wire release", func() (func() error, error) { c, err := l.release(&rel, time.Unix(0, nanos)); return c.Validate, err })
+		}
 		var put api.PutRequest
 		if proto.Unmarshal(wire, &put) == nil {
 			check("wire put", func() (func() error, error) { c, err := l.put(&put); return c.Validate, err })
 		}
 		d := &durationpb.Duration{Seconds: nanos / 1e9, Nanos: int32(nanos % 1e9)}
 		check("acquire", func() (func() error, error) {
-			c, err := l.acquire(&api.AcquireRequest{LeaseSecret: lease, Name: name, LockDelay: d})
+			c, err := l.acquire(&api.AcquireRequest{LeaseSecret: lease, Name: name, LockDelay: d, OncePer: d})
 			return c.Validate, err
 		})
 		check("create-lease", func() (func() error, error) {
@@ -68,7 +77,7 @@ func FuzzRequestValidation(f *testing.F) {
 			return c.Validate, err
 		})
 		check("release", func() (func() error, error) {
-			c, err := l.release(&api.ReleaseRequest{LeaseSecret: lease, Name: name})
+			c, err := l.release(&api.ReleaseRequest{LeaseSecret: lease, Name: name, RecordRun: token%2 == 1}, time.Unix(0, nanos))
 			return c.Validate, err
 		})
 	})

@@ -64,8 +64,7 @@ func (s *Server) gateway(svc *service) http.Handler {
 		names = append(names, m.MethodName)
 	}
 	names = append(names, "KeepAlive")
-	streams := api.FenceService_ServiceDesc.Streams
-	keepAlive := streams[slices.IndexFunc(streams, func(d grpc.StreamDesc) bool { return d.StreamName == "KeepAlive" })].Handler
+	keepAlive := streamHandler("KeepAlive")
 	slices.Sort(names)
 	// A browser's cross-site POST (a form or text/plain fetch, sent
 	// without asking first) is refused: on a plaintext loopback gateway the
@@ -108,6 +107,12 @@ func (s *Server) gateway(svc *service) http.Handler {
 	}))
 }
 
+// streamHandler is the generated handler of the service's stream name.
+func streamHandler(name string) grpc.StreamHandler {
+	streams := api.FenceService_ServiceDesc.Streams
+	return streams[slices.IndexFunc(streams, func(d grpc.StreamDesc) bool { return d.StreamName == name })].Handler
+}
+
 // gatewayRequest reads the body and builds the call's context: the
 // caller's TLS state and address (peer), its Authorization headers (the
 // "authorization" metadata), the method, and ?timeout= as its deadline.
@@ -127,14 +132,20 @@ func gatewayRequest(w http.ResponseWriter, r *http.Request, method string) (cont
 		}
 		ctx, cancel = context.WithTimeout(ctx, d)
 	}
+	ctx = grpc.NewContextWithServerTransportStream(callContext(ctx, r), methodStream("/"+method))
+	return ctx, cancel, body, nil
+}
+
+// callContext is ctx with what identifies the caller of r as on the gRPC
+// port: its TLS state and address (peer) and its Authorization headers
+// (the "authorization" metadata).
+func callContext(ctx context.Context, r *http.Request) context.Context {
 	p := &peer.Peer{Addr: gatewayAddr(r.RemoteAddr)}
 	if r.TLS != nil {
 		p.AuthInfo = credentials.TLSInfo{State: *r.TLS}
 	}
 	ctx = peer.NewContext(ctx, p)
-	ctx = metadata.NewIncomingContext(ctx, metadata.MD{AdminHeader: r.Header.Values("Authorization")})
-	ctx = grpc.NewContextWithServerTransportStream(ctx, gatewayStream("/"+method))
-	return ctx, cancel, body, nil
+	return metadata.NewIncomingContext(ctx, metadata.MD{AdminHeader: r.Header.Values("Authorization")})
 }
 
 // gatewayAddr parses the caller's address (a TCP address, so the admin
@@ -168,32 +179,33 @@ func (s *Server) renewOnce(ctx context.Context, svc *service, keepAlive grpc.Str
 	if err := decodeJSON(body)(req); err != nil {
 		return nil, err
 	}
-	st := &oneRenewal{ctx: ctx, req: req}
+	var resp *api.KeepAliveResponse
+	st := &oneRequest{ctx: ctx, req: req, send: func(m proto.Message) error { resp = m.(*api.KeepAliveResponse); return nil }}
 	info := &grpc.StreamServerInfo{FullMethod: api.FenceService_KeepAlive_FullMethodName, IsClientStream: true, IsServerStream: true}
 	if err := s.streamAuth(svc, st, info, keepAlive); err != nil {
 		return nil, err
 	}
-	if st.resp == nil {
+	if resp == nil {
 		return nil, status.Error(codes.Internal, "the renewal was not answered")
 	}
-	return st.resp, nil
+	return resp, nil
 }
 
-// oneRenewal is a KeepAlive stream of one request: it is read once, then
-// the stream is half-closed; the answer is kept.
-type oneRenewal struct {
+// oneRequest is a stream of one request (a renewal, a Watch): it is read
+// once, then the stream is half-closed; each answer goes to send.
+type oneRequest struct {
 	ctx  context.Context
-	req  *api.KeepAliveRequest
+	req  proto.Message
 	read bool
-	resp *api.KeepAliveResponse
+	send func(proto.Message) error
 }
 
-func (o *oneRenewal) Context() context.Context     { return o.ctx }
-func (o *oneRenewal) SetHeader(metadata.MD) error  { return nil }
-func (o *oneRenewal) SendHeader(metadata.MD) error { return nil }
-func (o *oneRenewal) SetTrailer(metadata.MD)       {}
+func (o *oneRequest) Context() context.Context     { return o.ctx }
+func (o *oneRequest) SetHeader(metadata.MD) error  { return nil }
+func (o *oneRequest) SendHeader(metadata.MD) error { return nil }
+func (o *oneRequest) SetTrailer(metadata.MD)       {}
 
-func (o *oneRenewal) RecvMsg(m any) error {
+func (o *oneRequest) RecvMsg(m any) error {
 	if o.read {
 		return io.EOF
 	}
@@ -202,19 +214,17 @@ func (o *oneRenewal) RecvMsg(m any) error {
 	return nil
 }
 
-func (o *oneRenewal) SendMsg(m any) error {
-	o.resp = m.(*api.KeepAliveResponse)
-	return nil
-}
+func (o *oneRequest) SendMsg(m any) error { return o.send(m.(proto.Message)) }
 
-// gatewayStream names the call's method for grpc.Method; headers are
-// not sent over HTTP.
-type gatewayStream string
+// methodStream names a call that did not come as a gRPC call of its own
+// (a gateway request, a call on a Session stream) for grpc.Method; it sends
+// no headers.
+type methodStream string
 
-func (g gatewayStream) Method() string             { return string(g) }
-func (gatewayStream) SetHeader(metadata.MD) error  { return nil }
-func (gatewayStream) SendHeader(metadata.MD) error { return nil }
-func (gatewayStream) SetTrailer(metadata.MD) error { return nil }
+func (g methodStream) Method() string             { return string(g) }
+func (methodStream) SetHeader(metadata.MD) error  { return nil }
+func (methodStream) SendHeader(metadata.MD) error { return nil }
+func (methodStream) SetTrailer(metadata.MD) error { return nil }
 
 // httpStatus is the HTTP status of a gRPC code (grpc-gateway's mapping).
 var httpStatus = map[codes.Code]int{
@@ -240,6 +250,15 @@ func writeStatus(w http.ResponseWriter, st *status.Status) {
 
 // writeError writes st in Google's JSON error form with HTTP status code.
 func writeError(w http.ResponseWriter, code int, st *status.Status) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(statusBody(code, st))
+}
+
+// statusBody is st in Google's JSON error form, with HTTP status code.
+func statusBody(code int, st *status.Status) map[string]any {
 	details := []json.RawMessage{}
 	for _, d := range st.Proto().GetDetails() {
 		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(d)
@@ -248,10 +267,6 @@ func writeError(w http.ResponseWriter, code int, st *status.Status) {
 		}
 		details = append(details, b)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(map[string]any{"error": map[string]any{
-		"code": code, "status": rpccode.Code_name[int32(st.Code())], "message": st.Message(), "details": details}})
+	return map[string]any{"error": map[string]any{
+		"code": code, "status": rpccode.Code_name[int32(st.Code())], "message": st.Message(), "details": details}}
 }

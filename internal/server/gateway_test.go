@@ -67,6 +67,10 @@ func (g *gw) post(path, body string, h ...string) (int, map[string]any) {
 	}
 	for _, kv := range h {
 		k, v, _ := strings.Cut(kv, ": ")
+		if k == "Host" {
+			req.Host = v // (a Host header is not sent)
+			continue
+		}
 		req.Header.Add(k, v)
 	}
 	resp, err := g.hc.Do(req)
@@ -198,4 +202,76 @@ func TestGatewayKeepsThePolicy(t *testing.T) {
 	code, out = g.as(certs, "ops").post("/v1/Acquire", `{"request_id": "`+jsonID()+`", "lease_secret": "`+lease["lease_secret"].(string)+`", "name": "a/job", "seq": 1, "ack": 1}`)
 	refused(t, "ops with alice's lease", code, out, http.StatusForbidden, "PERMISSION_DENIED", "only its creator may use it")
 
+}
+
+// TestGatewayOncePer: once_per and record_run in JSON, and the refusal's
+// RanRecently detail (HTTP 400, FAILED_PRECONDITION).
+func TestGatewayOncePer(t *testing.T) {
+	g, certs := startGateway(t)
+	alice := g.as(certs, "alice")
+	_, lease := alice.post("/v1/CreateLease", `{"request_id": "`+jsonID()+`", "ttl": "30s", "owner": "curl"}`)
+	secret, _ := lease["lease_secret"].(string)
+	acquire := func(seq string) (int, map[string]any) {
+		return alice.post("/v1/Acquire", `{"request_id": "`+jsonID()+`", "lease_secret": "`+secret+`", "name": "a/nightly", "seq": `+seq+`, "ack": `+seq+`, "once_per": "72000s"}`)
+	}
+	if code, grant := acquire("1"); code != http.StatusOK || grant["token"] != "1" {
+		t.Fatalf("Acquire: %d %v", code, grant)
+	}
+	if code, out := alice.post("/v1/Release", `{"request_id": "`+jsonID()+`", "lease_secret": "`+secret+`", "name": "a/nightly", "seq": 2, "ack": 2, "record_run": true}`); code != http.StatusOK {
+		t.Fatalf("Release: %d %v", code, out)
+	}
+	code, out := acquire("3")
+	e := refused(t, "a job that ran", code, out, http.StatusBadRequest, "FAILED_PRECONDITION", `owner "curl"), token 1`)
+	details, _ := e["details"].([]any)
+	if len(details) != 1 {
+		t.Fatalf("details %v, want one RanRecently", details)
+	}
+	d := details[0].(map[string]any)
+	if d["@type"] != "type.googleapis.com/fence.v1.RanRecently" || d["token"] != "1" || d["owner"] != "curl" || d["window"] != "72000s" {
+		t.Fatalf("detail %v, want a RanRecently of token 1 by curl, window 72000s", d)
+	}
+}
+
+// TestGatewaySemaphore: permits in JSON, the slot in the answer, and the
+// PermitsMismatch detail of a refusal (HTTP 400, FAILED_PRECONDITION).
+func TestGatewaySemaphore(t *testing.T) {
+	g, certs := startGateway(t)
+	alice := g.as(certs, "alice")
+	_, lease := alice.post("/v1/CreateLease", `{"request_id": "`+jsonID()+`", "ttl": "30s", "owner": "curl"}`)
+	secret, _ := lease["lease_secret"].(string)
+	acquire := func(seq, permits string) (int, map[string]any) {
+		return alice.post("/v1/Acquire", `{"request_id": "`+jsonID()+`", "lease_secret": "`+secret+`", "name": "a/pool", "seq": `+seq+`, "ack": `+seq+`, "permits": `+permits+`}`)
+	}
+	if code, grant := acquire("1", "3"); code != http.StatusOK || grant["token"] != "1" || grant["slot"] != float64(0) {
+		t.Fatalf("Acquire: %d %v", code, grant)
+	}
+	code, out := acquire("2", "4")
+	e := refused(t, "another count", code, out, http.StatusBadRequest, "FAILED_PRECONDITION", "a semaphore of 3 permits")
+	details, _ := e["details"].([]any)
+	if len(details) != 1 {
+		t.Fatalf("details %v", details)
+	}
+	if d := details[0].(map[string]any); d["@type"] != "type.googleapis.com/fence.v1.PermitsMismatch" || d["permits"] != float64(3) || d["asked"] != float64(4) {
+		t.Fatalf("detail %v", d)
+	}
+}
+
+// TestGatewayRelock: release_token in JSON (a uint64: a string or a
+// number), and the refusal of a stale one (HTTP 400, FAILED_PRECONDITION).
+func TestGatewayRelock(t *testing.T) {
+	g, certs := startGateway(t)
+	alice := g.as(certs, "alice")
+	_, lease := alice.post("/v1/CreateLease", `{"request_id": "`+jsonID()+`", "ttl": "30s", "owner": "curl"}`)
+	secret, _ := lease["lease_secret"].(string)
+	acquire := func(seq, extra string) (int, map[string]any) {
+		return alice.post("/v1/Acquire", `{"request_id": "`+jsonID()+`", "lease_secret": "`+secret+`", "name": "a/loop", "seq": `+seq+`, "ack": `+seq+`, "wait": true`+extra+`}`)
+	}
+	if code, grant := acquire("1", ""); code != http.StatusOK || grant["token"] != "1" {
+		t.Fatalf("Acquire: %d %v", code, grant)
+	}
+	if code, grant := acquire("2", `, "release_token": "1"`); code != http.StatusOK || grant["token"] != "2" {
+		t.Fatalf("relock: %d %v, want token 2", code, grant)
+	}
+	code, out := acquire("3", `, "release_token": 1`)
+	refused(t, "a stale relock", code, out, http.StatusBadRequest, "FAILED_PRECONDITION", "with token 1")
 }

@@ -16,6 +16,13 @@ import (
 	"github.com/fencehq/fence/internal/locktest"
 )
 
+// within is a context that ends after d, or when the test ends.
+func within(t *testing.T, d time.Duration) context.Context {
+	cx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return cx
+}
+
 // directClient calls node n alone, not following the leader.
 func directClient(t *testing.T, n *locktest.Node) api.FenceServiceClient {
 	t.Helper()
@@ -94,11 +101,7 @@ func TestNotReadyRefusesCalls(t *testing.T) {
 // during the cut took effect.
 func TestPartitionedLeaderIsInert(t *testing.T) {
 	c := locktest.NewCluster(t, 3)
-	ctx := func(d time.Duration) context.Context {
-		cx, cancel := context.WithTimeout(context.Background(), d)
-		t.Cleanup(cancel)
-		return cx
-	}
+	ctx := func(d time.Duration) context.Context { return within(t, d) }
 	cl, err := client.Dial(ctx(5*time.Second), c.Addrs(), client.WithInsecure(), client.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -156,6 +155,12 @@ func (s *Server) open() (err error) {
 			return metrics.RaftStatus{Term: r.Term, Commit: r.Commit, Applied: r.Applied, LeaderChanges: r.LeaderChanges}
 		},
 		Peers: s.peerGauges,
+		Queues: func(fn func(string, int)) {
+			if s.node != nil {
+				s.node.View(func(st *fsm.State) { st.Queues(fn) })
+			}
+		},
+		Prefixes: cfg.MetricsPrefixes,
 	})
 	raftLevel, err := node.ParseRaftLogLevel(cfg.RaftLogLevel)
 	if err != nil {
@@ -163,7 +168,7 @@ func (s *Server) open() (err error) {
 	}
 	ncfg := node.Config{Name: cfg.NodeID, DataDir: cfg.DataDir, RaftAddr: s.AdvertisedRaftAddr(), RaftListener: s.raftLis, ClientAddr: s.AdvertisedGRPCAddr(),
 		WrapTransport: cfg.WrapTransport, TickInterval: cfg.TickInterval, MaxBatch: cfg.MaxBatch,
-		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, WatchHistory: cfg.WatchHistory,
+		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, WatchHistory: cfg.WatchHistory, HotLocks: cfg.HotLocks,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 		AuditFile: cfg.AuditFile, Clock: cfg.Clock, Metrics: s.metrics, Logger: s.log, RaftLogLevel: raftLevel}
 	if s.tls != nil {
@@ -207,10 +212,10 @@ func (s *Server) open() (err error) {
 	if s.tls != nil {
 		creds = credentials.NewTLS(s.tls.ServerConfig(clientAuth))
 	}
-	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(fsm.MaxValueLen+64<<10),
+	opts := []grpc.ServerOption{grpc.Creds(creds), grpc.MaxRecvMsgSize(fsm.MaxValueLen + 64<<10),
 		// A connection that has not finished its TLS handshake (and HTTP/2
 		// preface) in 10s is closed, as on the raft port (gRPC's default: 120s).
-		grpc.ConnectionTimeout(10*time.Second),
+		grpc.ConnectionTimeout(10 * time.Second),
 		// Calls run on a pool of long-lived goroutines whose stacks have
 		// already grown, instead of a new goroutine each (runtime.copystack
 		// was 7 % of a leader's CPU under 64 clients); when every worker is
@@ -225,7 +230,11 @@ func (s *Server) open() (err error) {
 		// The server pings too, so the handlers of a connection that died on
 		// the client's side only (a waiting Acquire, say) end within ~3s
 		// instead of when TCP gives up.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: time.Second}))
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: time.Second})}
+	if cfg.TracerProvider != nil {
+		opts = append(opts, grpc.StatsHandler(tracingHandler(cfg.TracerProvider)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	svc := &service{s: s}
 	api.RegisterFenceServiceServer(s.grpc, svc)
 	s.stopHealth, s.closing = make(chan struct{}), make(chan struct{})
@@ -237,8 +246,10 @@ func (s *Server) open() (err error) {
 			s.httpLis = tls.NewListener(s.httpLis, s.tls.ServerConfig(tls.VerifyClientCertIfGiven))
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", s.metricsHandler(gather)) // (the prefix labels as the policy allows: metricsport.go)
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		// The dashboard and its data calls (ui.go), under the gRPC port's rules.
+		mux.Handle("/ui/", s.uiHandler(svc))
 		if cfg.Pprof {
 			mux.HandleFunc("/debug/pprof/", requireClientCert(pprof.Index))
 			mux.HandleFunc("/debug/pprof/profile", requireClientCert(pprof.Profile))

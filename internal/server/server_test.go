@@ -449,6 +449,18 @@ func TestBadInputChangesNothing(t *testing.T) {
 			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{LeaseSecret: a, Name: "x", LockDelay: durationpb.New(-time.Second)})
 			return err
 		}},
+		{"once_per negative", func() error {
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x", OncePer: durationpb.New(-time.Second)})
+			return err
+		}},
+		{"once_per above 366 days", func() error {
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x", OncePer: durationpb.New(367 * 24 * time.Hour)})
+			return err
+		}},
+		{"once_per malformed", func() error {
+			_, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x", OncePer: &durationpb.Duration{Seconds: 5, Nanos: -1}})
+			return err
+		}},
 		{"put token 0", func() error { _, err := n.cli.Put(ctx(t), &api.PutRequest{Key: "k", Token: 0}); return err }},
 		{"put value too large", func() error {
 			_, err := n.cli.Put(ctx(t), &api.PutRequest{Key: "k", Token: 1, Value: make([]byte, 1<<20+1)})
@@ -478,53 +490,59 @@ func (n *testNode) state() string {
 	return string(b)
 }
 
-// TestRestartKeepsStateAndTokens restarts a node from its data dir (log only,
-// and from a snapshot plus the log after it). The highest token belongs to a
-// released lock, so a counter rebuilt from what is held would repeat it.
-func TestRestartKeepsStateAndTokens(t *testing.T) {
+// logAndSnapshot runs f as two subtests: restarting from the log alone
+// (snap false) and from a snapshot plus the log after it (snap true).
+func logAndSnapshot(t *testing.T, f func(t *testing.T, snap bool)) {
 	for _, snap := range []bool{false, true} {
 		name := "log only"
 		if snap {
 			name = "across a snapshot"
 		}
-		t.Run(name, func(t *testing.T) {
-			n := startNode(t, nil)
-			a := n.lease(time.Hour, "a")
-			if r, err := n.acquire(a, "keep", false); err != nil || r.Token != 1 {
-				t.Fatalf("keep: %v %v", r, err)
-			}
-			for i := 0; i < 20; i++ {
-				if _, err := n.acquire(a, "x", false); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			last := uint64(21)
-			if snap {
-				if err := n.srv.Snapshot(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			before := n.state()
-			n.restart()
-			if after := n.state(); after != before {
-				t.Fatal("state after restart differs")
-			}
-			if l := n.getLock("keep"); l.HolderOwner != "a" || l.Token != 1 {
-				t.Fatalf("lock after restart: %v", l)
-			}
-			r, err := n.acquire(n.lease(time.Hour, "b"), "fresh", false)
-			if err != nil || r.Token != last+1 {
-				t.Fatalf("token after restart: %v %v, want %d", r, err, last+1)
-			}
-			// The lease survived the restart and is still the holder's.
-			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "keep"}); err != nil {
+		t.Run(name, func(t *testing.T) { f(t, snap) })
+	}
+}
+
+// TestRestartKeepsStateAndTokens restarts a node from its data dir (log only,
+// and from a snapshot plus the log after it). The highest token belongs to a
+// released lock, so a counter rebuilt from what is held would repeat it.
+func TestRestartKeepsStateAndTokens(t *testing.T) {
+	logAndSnapshot(t, func(t *testing.T, snap bool) {
+		n := startNode(t, nil)
+		a := n.lease(time.Hour, "a")
+		if r, err := n.acquire(a, "keep", false); err != nil || r.Token != 1 {
+			t.Fatalf("keep: %v %v", r, err)
+		}
+		for i := 0; i < 20; i++ {
+			if _, err := n.acquire(a, "x", false); err != nil {
 				t.Fatal(err)
 			}
-		})
-	}
+			if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := uint64(21)
+		if snap {
+			if err := n.srv.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := n.state()
+		n.restart()
+		if after := n.state(); after != before {
+			t.Fatal("state after restart differs")
+		}
+		if l := n.getLock("keep"); l.HolderOwner != "a" || l.Token != 1 {
+			t.Fatalf("lock after restart: %v", l)
+		}
+		r, err := n.acquire(n.lease(time.Hour, "b"), "fresh", false)
+		if err != nil || r.Token != last+1 {
+			t.Fatalf("token after restart: %v %v, want %d", r, err, last+1)
+		}
+		// The lease survived the restart and is still the holder's.
+		if _, err := n.cli.Release(ctx(t), &api.ReleaseRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: a, Name: "keep"}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestRestartCreditsLoggedTime(t *testing.T) {
@@ -617,5 +635,115 @@ func TestListLocksPages(t *testing.T) {
 	}
 	if _, err := n.cli.ListLocks(ctx(t), &api.ListLocksRequest{After: "bad\x01"}); code(err) != codes.InvalidArgument {
 		t.Fatalf("bad after: %v", err)
+	}
+}
+
+// TestGetLockShowsQueue: GetLock lists the waiters in FIFO order (the order
+// they queued, not their lease numbers), drops one that leaves, and shows
+// how much of a lock-delay is left on the leader's clock.
+func TestGetLockShowsQueue(t *testing.T) {
+	n := startNode(t, nil)
+	holder := n.lease(2*time.Second, "holder")                                           // lease #1
+	b, c, d := n.lease(time.Hour, "b"), n.lease(time.Hour, "c"), n.lease(time.Hour, "d") // #2, #3, #4
+	if _, err := n.cli.Acquire(ctx(t), &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: holder, Name: "q",
+		LockDelay: durationpb.New(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	getLock := func() *api.GetLockResponse {
+		t.Helper()
+		r, err := n.cli.GetLock(ctx(t), &api.GetLockRequest{Name: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	queue := func(r *api.GetLockResponse) (s string) {
+		for _, w := range r.GetQueue() {
+			s += fmt.Sprintf("#%d %s; ", w.GetLeaseNumber(), w.GetOwner())
+		}
+		return s
+	}
+	if r := getLock(); len(r.GetQueue()) != 0 || r.GetLock().GetDelayLeft() != nil {
+		t.Fatalf("held, nobody waiting: queue %q, delay_left %v", queue(r), r.GetLock().GetDelayLeft())
+	}
+	granted := make(chan string, 3)
+	bCtx, cancelB := context.WithCancel(ctx(t))
+	defer cancelB()
+	for i, w := range []struct {
+		who   string
+		ctx   context.Context
+		lease []byte
+	}{{"c", ctx(t), c}, {"b", bCtx, b}, {"d", ctx(t), d}} {
+		go func() {
+			_, err := n.cli.Acquire(w.ctx, &api.AcquireRequest{RequestId: newReq(), Seq: nextSeq(), Ack: 1, LeaseSecret: w.lease, Name: "q", Wait: true,
+				LockDelay: durationpb.New(0)})
+			if err == nil {
+				granted <- w.who
+			}
+		}()
+		eventually(t, w.who+" queued", func() bool { return len(getLock().GetQueue()) == i+1 })
+	}
+	if r := getLock(); queue(r) != "#3 c; #2 b; #4 d; " || r.GetLock().GetWaiters() != 3 {
+		t.Fatalf("queue %q (waiters %d), want c, b, d in the order they queued", queue(r), r.GetLock().GetWaiters())
+	}
+	cancelB() // b gives up: it leaves the queue
+	eventually(t, "b gone", func() bool { return queue(getLock()) == "#3 c; #4 d; " })
+
+	n.clock.Advance(2100 * time.Millisecond) // the holder expires: a lock-delay of 3s begins
+	eventually(t, "expiry", func() bool { return getLock().GetLock().GetDelayed() })
+	if r := getLock(); r.GetLock().GetDelayLeft().AsDuration() != 3*time.Second || queue(r) != "#3 c; #4 d; " {
+		t.Fatalf("delay_left %v, queue %q; want 3s (the clock has not moved since), c, d", r.GetLock().GetDelayLeft().AsDuration(), queue(r))
+	}
+	n.clock.Advance(time.Second)
+	if left := getLock().GetLock().GetDelayLeft().AsDuration(); left != 2*time.Second {
+		t.Fatalf("delay_left %v one second on, want 2s", left)
+	}
+	n.clock.Advance(2 * time.Second)
+	if who := <-granted; who != "c" {
+		t.Fatalf("granted to %s, want c", who)
+	}
+	if r := getLock(); queue(r) != "#4 d; " || r.GetLock().GetHolderLeaseNumber() != 3 || r.GetLock().GetDelayLeft() != nil {
+		t.Fatalf("after the grant: queue %q, holder #%d, delay_left %v; want d alone, #3, unset", queue(r), r.GetLock().GetHolderLeaseNumber(), r.GetLock().GetDelayLeft())
+	}
+	list, err := n.cli.ListLocks(ctx(t), &api.ListLocksRequest{})
+	if err != nil || len(list.GetLocks()) != 1 || list.GetLocks()[0].GetWaiters() != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	if _, err := n.cli.Revoke(ctx(t), &api.RevokeRequest{RequestId: newReq(), LeaseSecret: d}); err != nil { // ends d's wait
+		t.Fatal(err)
+	}
+}
+
+// TestHeldFor: a lock's held_for grows with the log's clock from its grant,
+// a restarted member (which replays the log) still knows it, and a lock
+// whose holder expired has none.
+func TestHeldFor(t *testing.T) {
+	n := startNode(t, nil)
+	a := n.lease(10*time.Second, "a")
+	if _, err := n.acquire(a, "x", false); err != nil {
+		t.Fatal(err)
+	}
+	start := n.logical()
+	for i := 1; i <= 15; i++ {
+		n.clock.Advance(100 * time.Millisecond)
+		eventually(t, "tick logged", func() bool { return n.logical() >= start+time.Duration(i)*100*time.Millisecond })
+	}
+	if got, want := n.getLock("x").GetHeldFor().AsDuration(), n.logical()-start; got != want {
+		t.Fatalf("held_for %v, want %v (the log clock since the grant)", got, want)
+	}
+	if g := n.getLock("x").GetGrants(); len(g) != 1 || g[0].GetHeldFor().AsDuration() != n.logical()-start {
+		t.Fatalf("grants %v: want one with held_for %v", g, n.logical()-start)
+	}
+	n.restart()
+	if got := n.getLock("x").GetHeldFor().AsDuration(); got < 1500*time.Millisecond {
+		t.Fatalf("held_for after a restart %v, want at least 1.5s", got)
+	}
+	n.clock.Advance(11 * time.Second) // the lease expires
+	eventually(t, "expiry", func() bool {
+		n.clock.Advance(100 * time.Millisecond)
+		return n.getLock("x").GetHolderLeaseNumber() == 0
+	})
+	if l := n.getLock("x"); l.GetHeldFor() != nil {
+		t.Fatalf("held_for %v once the holder expired, want unset", l.GetHeldFor().AsDuration())
 	}
 }

@@ -347,9 +347,13 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		return nil, err
 	}
 	if res.Code == fsm.OK {
-		return v.s.granted(cmd.Name, res.Token, res.LeaseNumber), nil
+		return v.s.granted(cmd.Name, res, res.LeaseNumber), nil
 	}
-	for { // queued: wait for this call's grant or cancellation, the end of the lease, or the deadline
+	// A deposed leader applies nothing more: a call waiting here would not
+	// see its grant (made by the next leader from the replicated queue) and
+	// would wait out its deadline while its lease held the lock unused.
+	deposed := v.s.node.LeadershipEnds()
+	for { // queued: wait for this call's grant or cancellation, the end of the lease or of this leadership, or the deadline
 		reloaded := v.s.policyReloaded()
 		if resp, done, err := v.waitOutcome(cmd); done {
 			return resp, err
@@ -362,6 +366,11 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 		select {
 		case <-wake:
 		case <-reloaded:
+		case <-deposed:
+			// The call stays queued in the replicated state (a deposed
+			// node cannot commit its withdrawal): the same request sent
+			// to the new leader waits there, or answers its grant.
+			return nil, status.Errorf(codes.Unavailable, "this member stopped leading while the call waited for lock %q; send the same request to the new leader", cmd.Name)
 		case <-ctx.Done():
 			return v.giveUp(ctx, cmd)
 		}
@@ -397,7 +406,7 @@ func (v *service) waitOutcome(cmd fsm.Command) (resp *api.AcquireResponse, done 
 		case !found: // acknowledged: its client has the answer from another attempt
 			done, err = true, refusal(&cmd, &fsm.Result{Code: fsm.Answered})
 		case r.Code == fsm.OK:
-			resp, done = v.s.granted(cmd.Name, r.Token, l.Number), true
+			resp, done = v.s.granted(cmd.Name, r, l.Number), true
 		case r.Code != fsm.Queued:
 			done, err = true, refusal(&cmd, &r)
 		}
@@ -446,7 +455,7 @@ func (v *service) cancelWait(cmd fsm.Command) error {
 }
 
 func (v *service) Release(ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {
-	cmd, err := v.s.limits.release(r)
+	cmd, err := v.s.limits.release(r, v.s.cfg.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -466,11 +475,27 @@ func (v *service) GetLock(ctx context.Context, r *api.GetLockRequest) (*api.GetL
 	resp := &api.GetLockResponse{Lock: &api.LockInfo{Name: r.GetName()}}
 	v.s.node.ViewAt(func(s *fsm.State, index uint64) {
 		if k, ok := s.Lock(r.GetName()); ok {
-			resp.Lock = v.lockInfo(k)
+			resp.Lock = v.lockInfo(s, k)
+		}
+		for _, w := range s.Queue(r.GetName()) {
+			resp.Queue = append(resp.Queue, &api.Waiter{LeaseNumber: w.Number, Owner: w.Owner, Shared: w.Shared})
 		}
 		resp.Index = index
 	})
 	return resp, nil
+}
+
+// limitOf is a request's limit: 0 means def, above most is InvalidArgument
+// (the message ends with hint).
+func limitOf(got uint32, def, most int, hint string) (int, error) {
+	switch limit := int(got); {
+	case limit == 0:
+		return def, nil
+	case limit > most:
+		return 0, invalid("limit %d is above %d%s", limit, most, hint)
+	default:
+		return limit, nil
+	}
 }
 
 // Page sizes of ListLocks.
@@ -480,12 +505,9 @@ const (
 )
 
 func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.ListLocksResponse, error) {
-	limit := int(r.GetLimit())
-	switch {
-	case limit == 0:
-		limit = defaultListLimit
-	case limit > maxListLimit:
-		return nil, invalid("limit %d is above %d; page with after instead", limit, maxListLimit)
+	limit, err := limitOf(r.GetLimit(), defaultListLimit, maxListLimit, "; page with after instead")
+	if err != nil {
+		return nil, err
 	}
 	if r.GetAfter() != "" {
 		if err := name("after", r.GetAfter()); err != nil {
@@ -503,22 +525,74 @@ func (v *service) ListLocks(ctx context.Context, r *api.ListLocksRequest) (*api.
 	v.s.node.ViewAt(func(s *fsm.State, index uint64) {
 		page, more := s.LocksAfter(r.GetAfter(), limit, keep)
 		for _, k := range page {
-			resp.Locks = append(resp.Locks, v.lockInfo(k))
+			resp.Locks = append(resp.Locks, v.lockInfo(s, k))
 		}
 		resp.More, resp.Index = more, index
 	})
 	return resp, nil
 }
 
-func (v *service) lockInfo(k fsm.LockView) *api.LockInfo {
+// lockInfo describes k; call it inside View or ViewAt, with their state s.
+func (v *service) lockInfo(s *fsm.State, k fsm.LockView) *api.LockInfo {
 	info := &api.LockInfo{Name: k.Name, HolderLeaseNumber: k.HolderNum, HolderOwner: k.HolderOwner, Token: k.Token,
-		Waiters: uint32(len(k.Waiters)), Delayed: k.Delayed, LockDelay: durationpb.New(k.LockDelay)}
-	if !k.Holder.IsZero() {
-		if d, ok := v.s.node.Deadline(k.Holder); ok {
-			info.TtlLeft = durationpb.New(max(0, d.Sub(v.s.cfg.Clock.Now())))
+		Waiters: uint32(len(k.Waiters)), Delayed: k.Delayed, LockDelay: durationpb.New(k.LockDelay), Permits: k.Permits}
+	info.TtlLeft = v.ttlLeft(k.Holder)
+	if !k.Delayed && k.Token != 0 {
+		info.HeldFor = v.heldFor(s, k.Token)
+	}
+	for _, g := range k.Grants {
+		lg := &api.LockGrant{LeaseNumber: g.HolderNum, Owner: g.HolderOwner, Token: g.Token,
+			Slot: g.Slot, Shared: g.Shared, Delayed: g.Delayed, TtlLeft: v.ttlLeft(g.Holder), LockDelay: durationpb.New(g.LockDelay)}
+		if !g.Delayed {
+			lg.HeldFor = v.heldFor(s, g.Token)
+		}
+		if g.Delayed {
+			lg.DelayLeft = v.delayLeft(k.Name, g.Token)
+		}
+		info.Grants = append(info.Grants, lg)
+	}
+	for _, shared := range k.WaitersShared {
+		if shared {
+			info.SharedWaiters++
 		}
 	}
+	if k.Delayed {
+		info.DelayLeft = v.delayLeft(k.Name, k.Token)
+	}
 	return info
+}
+
+// delayLeft is how long until the lock-delay of the grant of name with
+// token ends: the leader's own timer, as ttl_left, when it proposes the
+// hand-off. Untracked (the hand-off proposed, not applied yet; or this
+// node's duties stopping as it loses leadership) reads as due now.
+func (v *service) delayLeft(name string, token uint64) *durationpb.Duration {
+	left := time.Duration(0)
+	if at, ok := v.s.node.DelayEnd(name, token); ok {
+		left = max(0, at.Sub(v.s.cfg.Clock.Now()))
+	}
+	return durationpb.New(left)
+}
+
+// ttlLeft is how long the lease holder has before it expires unless
+// renewed, as this leader sees it (nil for no holder).
+// heldFor is how long the grant with token has been held, or nil if this
+// member does not know (see LockInfo.held_for).
+func (v *service) heldFor(s *fsm.State, token uint64) *durationpb.Duration {
+	if d, ok := v.s.node.HeldFor(s, token); ok {
+		return durationpb.New(d)
+	}
+	return nil
+}
+
+func (v *service) ttlLeft(holder fsm.LeaseID) *durationpb.Duration {
+	if holder.IsZero() {
+		return nil
+	}
+	if d, ok := v.s.node.Deadline(holder); ok {
+		return durationpb.New(max(0, d.Sub(v.s.cfg.Clock.Now())))
+	}
+	return nil
 }
 
 func (v *service) Put(ctx context.Context, r *api.PutRequest) (*api.PutResponse, error) {

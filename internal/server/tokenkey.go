@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/fencing"
+	"github.com/fencehq/fence/internal/fsm"
 	"github.com/fencehq/fence/internal/pki"
 )
 
@@ -50,8 +51,9 @@ func (s *Server) ReloadTokenKey() error {
 
 // granted is the answer to an Acquire that got the lock: the grant, and
 // its signed statement if this node has a token key.
-func (s *Server) granted(name string, token, leaseNumber uint64) *api.AcquireResponse {
-	resp := &api.AcquireResponse{Name: name, Token: token, LeaseNumber: leaseNumber}
+func (s *Server) granted(name string, r fsm.Result, leaseNumber uint64) *api.AcquireResponse {
+	token := r.Token
+	resp := &api.AcquireResponse{Name: name, Token: token, LeaseNumber: leaseNumber, Slot: r.Slot, Shared: r.Shared}
 	if signer := s.signer.Load(); signer != nil {
 		// Sign fails only for names longer than the API accepts.
 		resp.SignedToken, _ = signer.Sign(fencing.Grant{Cluster: s.node.ClusterID(), Name: name, Token: token,

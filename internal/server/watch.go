@@ -101,7 +101,7 @@ var eventTypes = map[fsm.EventKind]api.LockEvent_Type{
 	fsm.Granted: api.LockEvent_TYPE_GRANTED, fsm.Released: api.LockEvent_TYPE_RELEASED,
 	fsm.WaitStarted: api.LockEvent_TYPE_WAITER_JOINED, fsm.WaitCancelled: api.LockEvent_TYPE_WAITER_LEFT,
 	fsm.WaitEnded: api.LockEvent_TYPE_WAITER_LEFT, fsm.DelayStarted: api.LockEvent_TYPE_LOCK_DELAY_STARTED,
-	fsm.DelayEnded: api.LockEvent_TYPE_LOCK_DELAY_ENDED,
+	fsm.DelayEnded: api.LockEvent_TYPE_LOCK_DELAY_ENDED, fsm.Written: api.LockEvent_TYPE_WRITTEN,
 }
 
 var eventCauses = map[fsm.Cause]api.LockEvent_Cause{
@@ -112,13 +112,14 @@ var eventCauses = map[fsm.Cause]api.LockEvent_Cause{
 // lockEvent is the API's form of a lock event.
 func lockEvent(e fsm.Event) *api.LockEvent {
 	le := &api.LockEvent{Type: eventTypes[e.Kind], Name: e.Name, LeaseNumber: e.Number, Owner: e.Owner, Token: e.Token,
-		Cause: eventCauses[e.Cause]}
+		Cause: eventCauses[e.Cause], Slot: e.Slot, Shared: e.Shared}
 	if e.Kind == fsm.WaitCancelled {
 		le.Cause = api.LockEvent_CAUSE_CANCELLED
 	}
 	if e.Kind == fsm.DelayStarted {
 		le.LockDelay = durationpb.New(e.Delay)
 	}
+	le.Value = e.Value
 	return le
 }
 

@@ -41,8 +41,12 @@ func recv(t *testing.T, s api.FenceService_WatchClient) *api.WatchResponse {
 func describe(r *api.WatchResponse) string {
 	var b strings.Builder
 	for _, e := range r.Events {
-		fmt.Fprintf(&b, "%s %s #%d %s t%d %s;", strings.TrimPrefix(e.Type.String(), "TYPE_"), e.Name, e.LeaseNumber, e.Owner, e.Token,
+		fmt.Fprintf(&b, "%s %s #%d %s t%d %s", strings.TrimPrefix(e.Type.String(), "TYPE_"), e.Name, e.LeaseNumber, e.Owner, e.Token,
 			strings.TrimPrefix(e.Cause.String(), "CAUSE_"))
+		if len(e.Value) > 0 {
+			fmt.Fprintf(&b, " =%s", e.Value)
+		}
+		b.WriteString(";")
 	}
 	return b.String()
 }
@@ -103,6 +107,16 @@ func TestWatchLock(t *testing.T) {
 	}
 	if got := describe(nextEvents(t, w)); got != want[3] {
 		t.Fatalf("got %q, want %q", got, want[3])
+	}
+	// A fenced write of the key of the same name shows, with its value; one
+	// of another key does not.
+	for _, key := range []string{"other", "job"} {
+		if _, err := n.cli.Put(ctx(t), &api.PutRequest{RequestId: newReq(), Key: key, Value: []byte("v@" + key), Token: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := describe(nextEvents(t, w)), "WRITTEN job #0  t3 UNSPECIFIED =v@job;"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 	if !(first.Index < second.Index && second.Index < third.Index) {
 		t.Fatalf("indexes %d, %d, %d do not grow", first.Index, second.Index, third.Index)

@@ -15,8 +15,9 @@
 // receiver answers with frames of its own, each a google.rpc.Status: OK
 // accepts a stream (after its first Batch) or a snapshot (once delivered);
 // any other code refuses, and the receiver closes the connection. No gRPC
-// and no HTTP/2 stand between raft and the socket: each message costs one
-// hand-off to the peer's sender goroutine, a write, and the receiver's read.
+// and no HTTP/2 stand between raft and the socket: a message costs a write
+// and the receiver's read, and a hand-off to the peer's sender goroutine
+// only when the stream is busy (see Streams).
 //
 // # Streams
 //
@@ -26,8 +27,15 @@
 // handshake that the receiver checks and accepts with an OK answer; after it
 // the sender packs everything queued for the peer into Batches of at most
 // 4 MiB (a larger message, up to the 64 MiB frame limit, travels alone) and
-// writes them in one flush. The receiver answers nothing else: raft's own
-// messages are its acknowledgements.
+// writes them in one flush. While a plaintext stream is idle (nothing
+// queued, nothing being written), Send writes the peer's messages of the
+// call itself, on its caller's goroutine, with one write that never blocks
+// (a system call on the non-blocking socket); whatever the socket does not
+// take at once is finished by the peer's sender goroutine, ahead of
+// anything queued later. So a lone message (one client's commit) reaches
+// the wire without waking a goroutine. Under TLS every message goes
+// through the sender goroutine. The receiver answers nothing else: raft's
+// own messages are its acknowledgements.
 //
 // A MsgSnap does not go on the message stream: it gets a connection of its
 // own, one at a time per peer, whose first chunk carries the message without

@@ -10,7 +10,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -23,7 +26,10 @@ import (
 )
 
 // peer is one remote node: its send queue and the goroutine (run) that
-// drains the queue into the peer's message stream.
+// drains the queue into the peer's message stream. While the stream is open
+// and idle (nothing queued, nothing being written), Send writes on its
+// caller's goroutine instead (stream.tryWrite), so that a lone message costs
+// no hand-off to run.
 type peer struct {
 	t    *Transport
 	id   uint64
@@ -37,8 +43,13 @@ type peer struct {
 	mu         sync.Mutex
 	queue      [][]byte // marshaled messages, in Send order
 	queueBytes int
-	down       bool // the last stream failed and run waits to retry: drop
-	snapBusy   bool // a MsgSnap is being streamed
+	s          *stream // the open message stream, set by run (nil: none)
+	down       bool    // the last stream failed and run waits to retry: drop
+	snapBusy   bool    // a MsgSnap is being streamed
+
+	// inline counts the messages send wrote on its caller's goroutine (or
+	// left to run after a partial write), for tests.
+	inline atomic.Uint64
 
 	lastErr string         // run's last logged failure ("" while healthy)
 	wg      sync.WaitGroup // the stream watcher and the snapshot senders
@@ -47,29 +58,65 @@ type peer struct {
 // stop makes the peer's goroutines end.
 func (p *peer) stop() { p.cancel() }
 
-// enqueue appends a marshaled message to the queue unless the queue is full
-// or the peer's stream has just failed; it reports whether it did.
-func (p *peer) enqueue(b []byte) bool {
+// send writes msgs (marshaled, in Send order) on the open stream at once
+// if it is idle, without blocking, or else queues them for run; it returns
+// how many it dropped (enqueue).
+func (p *peer) send(msgs [][]byte) (dropped int) {
 	p.mu.Lock()
+	if s := p.s; s != nil && !p.down && len(p.queue) == 0 && s.raw != nil && s.wmu.TryLock() {
+		if len(s.pending) == 0 {
+			// Nothing queued, left over or being written: nothing sent
+			// earlier can reach the socket after msgs, since run takes the
+			// queue only once it holds wmu.
+			p.mu.Unlock()
+			p.inline.Add(uint64(len(msgs)))
+			if !s.tryWrite(msgs) {
+				p.signal() // run writes the rest
+			}
+			return 0
+		}
+		s.wmu.Unlock()
+	}
+	defer p.mu.Unlock()
+	for i, b := range msgs {
+		if !p.enqueueLocked(b) {
+			return len(msgs) - i
+		}
+	}
+	return 0
+}
+
+// enqueueLocked appends a marshaled message to the queue unless the queue
+// is full or the peer's stream has just failed; it reports whether it did.
+// p.mu is held.
+func (p *peer) enqueueLocked(b []byte) bool {
 	switch {
 	case p.down:
-		p.mu.Unlock()
 		return false
 	case len(p.queue) >= maxQueueMsgs,
 		len(p.queue) > 0 && p.queueBytes+len(b) > maxQueueBytes:
-		queued := len(p.queue)
-		p.mu.Unlock()
-		p.log.Debug("message dropped: send queue full", "queued", queued)
+		p.log.Debug("message dropped: send queue full", "queued", len(p.queue))
 		return false
 	}
 	p.queue = append(p.queue, b)
 	p.queueBytes += len(b)
-	p.mu.Unlock()
+	p.signal()
+	return true
+}
+
+// signal wakes run.
+func (p *peer) signal() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
-	return true
+}
+
+// setStream records the open stream (nil: none) for send.
+func (p *peer) setStream(s *stream) {
+	p.mu.Lock()
+	p.s = s
+	p.mu.Unlock()
 }
 
 // take empties the queue and returns what it held.
@@ -88,6 +135,7 @@ func (p *peer) run() {
 	var s *stream
 	defer func() {
 		if s != nil {
+			p.setStream(nil)
 			s.close()
 		}
 		p.wg.Wait()
@@ -103,6 +151,7 @@ func (p *peer) run() {
 			return
 		case <-broken:
 			err := s.err
+			p.setStream(nil)
 			s = nil
 			if !p.failed(err, &bo) {
 				return
@@ -110,11 +159,10 @@ func (p *peer) run() {
 			continue
 		case <-p.wake:
 		}
-		msgs := p.take()
-		if len(msgs) == 0 {
-			continue
-		}
 		if s == nil {
+			if !p.queued() {
+				continue
+			}
 			var err error
 			if s, err = p.open(); err != nil {
 				if !p.failed(fmt.Errorf("opening the raft stream: %w", err), &bo) {
@@ -123,14 +171,23 @@ func (p *peer) run() {
 				continue
 			}
 			bo = minBackoff
+			p.setStream(s)
 		}
-		if err := s.send(msgs); err != nil {
+		if err := s.flush(); err != nil {
+			p.setStream(nil)
 			s = nil
 			if !p.failed(err, &bo) {
 				return
 			}
 		}
 	}
+}
+
+// queued reports whether messages wait in the queue.
+func (p *peer) queued() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue) > 0
 }
 
 // failed handles the loss of the stream (or the failure to open one): it
@@ -240,6 +297,9 @@ func (p *peer) open() (*stream, error) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	s := &stream{p: p, c: c, br: br, bw: bw, broken: make(chan struct{})}
+	if tc, ok := c.(*closeConn).Conn.(*net.TCPConn); ok {
+		s.raw, _ = tc.SyscallConn() // (nil on error: run writes everything)
+	}
 	p.wg.Add(1)
 	go s.watch()
 	if p.lastErr != "" {
@@ -251,15 +311,23 @@ func (p *peer) open() (*stream, error) {
 	return s, nil
 }
 
-// stream is an open message stream. run sends on it; watch waits for its
-// end.
+// stream is an open message stream. run sends on it, and so does send
+// while it is idle; watch waits for its end.
 type stream struct {
 	p      *peer
 	c      net.Conn
+	raw    syscall.RawConn // the TCP socket, for send's writes that never block (nil under TLS)
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	broken chan struct{} // closed by watch when the stream has ended
 	err    error         // why; set before broken is closed
+
+	// wmu is held by whoever writes to the connection: run (flush) or a
+	// send on its caller's goroutine (tryWrite).
+	wmu sync.Mutex
+	// pending is what a tryWrite left unwritten (the socket took only part,
+	// or failed): flush writes it before anything else. Guarded by wmu.
+	pending []byte
 }
 
 // watch waits for the peer to end the stream (it only does so to refuse
@@ -276,24 +344,82 @@ func (s *stream) watch() {
 	s.c.Close()
 }
 
-// send packs msgs into Batches of at most maxBatchBytes (a larger message
-// alone) and writes them (a write that makes no progress for the write
-// timeout fails: deadlineConn). On error the stream is closed and the error is the
-// best account of why.
-func (s *stream) send(msgs [][]byte) error {
+// flush writes what a tryWrite left and the queue's messages (a write that
+// makes no progress for the write timeout fails: deadlineConn). It takes
+// the queue only once it holds wmu, so that a tryWrite never overtakes
+// messages queued before it. On error the stream is closed and the error
+// is the best account of why.
+func (s *stream) flush() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	msgs := s.p.take()
+	if len(msgs) == 0 && len(s.pending) == 0 {
+		return nil
+	}
+	b, err := s.frames(s.pending, msgs)
+	s.pending = nil
+	if err == nil {
+		_, err = s.bw.Write(b)
+	}
+	if err == nil {
+		err = s.bw.Flush()
+	}
+	if err != nil {
+		return s.fail(err)
+	}
+	// The deadline deadlineConn set must not outlive these writes: once
+	// passed, it would fail tryWrite's next write before it tried.
+	_ = s.c.SetWriteDeadline(time.Time{})
+	return nil
+}
+
+// tryWrite writes msgs to the socket with one non-blocking write on the
+// caller's goroutine; whatever the socket does not take (it is full, or
+// failed) is left in pending for flush, and tryWrite reports false. The
+// caller holds wmu, which tryWrite releases.
+func (s *stream) tryWrite(msgs [][]byte) bool {
+	defer s.wmu.Unlock()
+	b, err := s.frames(nil, msgs)
+	if err != nil { // not reached: Send checked each message's size
+		s.p.log.Error("messages dropped: cannot frame them", "err", err)
+		return true
+	}
+	n := 0
+	if werr := s.raw.Write(func(fd uintptr) bool {
+		n, err = syscall.Write(int(fd), b)
+		return true // one try: never wait for the socket
+	}); werr != nil {
+		err = werr
+	}
+	if n < 0 {
+		n = 0
+	}
+	if err == nil && n == len(b) {
+		return true
+	}
+	s.pending = b[n:] // flush writes it, or meets the error again and fails the stream
+	return false
+}
+
+// frames appends to dst the frames of msgs: Batches of at most
+// maxBatchBytes each (a larger message alone).
+func (s *stream) frames(dst []byte, msgs [][]byte) ([]byte, error) {
 	cfg := &s.p.t.cfg
+	size := 0
+	for _, m := range msgs {
+		size += len(m) + 8 // with the field's tag and length
+	}
+	dst = slices.Grow(dst, size+64*(1+size/maxBatchBytes)) // and each frame's header and Batch fields
 	for len(msgs) > 0 {
 		n := batchLen(msgs)
 		b := &transportpb.Batch{ClusterId: cfg.ClusterID, From: cfg.LocalID, To: s.p.id, Messages: msgs[:n]}
-		if err := writeFrame(s.bw, b); err != nil {
-			return s.fail(err)
+		var err error
+		if dst, err = appendFrame(dst, b); err != nil {
+			return nil, err
 		}
 		msgs = msgs[n:]
 	}
-	if err := s.bw.Flush(); err != nil {
-		return s.fail(err)
-	}
-	return nil
+	return dst, nil
 }
 
 // fail closes the stream after a write error and returns the best account

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -310,6 +311,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 	if t.closed {
 		return
 	}
+	var out []peerMsgs // per peer, in Send order: few peers, so a slice
 	for _, m := range msgs {
 		if m == nil {
 			continue
@@ -340,10 +342,24 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			t.rep.unreachable(to)
 			continue
 		}
-		if !p.enqueue(b) {
-			t.rep.unreachable(to)
+		i := slices.IndexFunc(out, func(o peerMsgs) bool { return o.p == p })
+		if i < 0 {
+			i = len(out)
+			out = append(out, peerMsgs{p: p})
+		}
+		out[i].msgs = append(out[i].msgs, b)
+	}
+	for _, o := range out {
+		if o.p.send(o.msgs) > 0 {
+			t.rep.unreachable(o.p.id)
 		}
 	}
+}
+
+// peerMsgs is one peer's marshaled messages of a Send.
+type peerMsgs struct {
+	p    *peer
+	msgs [][]byte
 }
 
 // Close stops the transport: it ends every stream, stops the server (closing

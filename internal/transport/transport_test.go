@@ -1031,3 +1031,84 @@ func TestDeadPeerWarnsOnce(t *testing.T) {
 		t.Fatalf("%d WARN lines for one dead peer after %d retries, want 1:\n%s", n, retries(), a.logs)
 	}
 }
+
+// TestIdleSendWritesInline: once a peer's stream is open and idle, Send
+// writes each message itself, on its caller's goroutine (no hand-off to the
+// peer's sender goroutine), and the messages arrive whole and in order.
+func TestIdleSendWritesInline(t *testing.T) {
+	a := newNode(t, 7, 1, "")
+	b := newNode(t, 7, 2, "")
+	connect(a, b)
+	a.tr.Send([]*raftpb.Message{appMsg(1, 2, 1, 10)}) // opens the stream
+	waitFor(t, "the first message", func() bool { return b.numDelivered() == 1 })
+	const n = 100
+	p := a.peer(2)
+	for seq := uint64(2); seq <= n; seq++ {
+		waitFor(t, "an idle stream", p.idle) // the sender may still hold the last write it made
+		a.tr.Send([]*raftpb.Message{appMsg(1, 2, seq, 10)})
+		waitFor(t, "the next message", func() bool { return b.numDelivered() == int(seq) })
+	}
+	for i, m := range b.delivered() {
+		if m.GetIndex() != uint64(i+1) {
+			t.Fatalf("message %d has index %d", i, m.GetIndex())
+		}
+	}
+	if got := p.inline.Load(); got != n-1 {
+		t.Errorf("%d of the %d messages sent on an idle stream were written by Send itself; want all", got, n-1)
+	}
+}
+
+// TestInlineWritesMeetFullSocket: Send's own writes against a receiver that
+// stalls: the socket fills, a write goes in part, the sender goroutine
+// finishes it and the rest queue behind it; once the receiver reads again
+// every message arrives, whole and in order, none dropped.
+func TestInlineWritesMeetFullSocket(t *testing.T) {
+	a := newNode(t, 7, 1, "")
+	b := newNode(t, 7, 2, "")
+	connect(a, b)
+	a.tr.Send([]*raftpb.Message{appMsg(1, 2, 1, 10)})
+	waitFor(t, "the first message", func() bool { return b.numDelivered() == 1 })
+	wait, release := releaser(t)
+	b.setHook(func(*raftpb.Message) { <-wait })
+
+	// 3,000 messages of 8 KiB, one Send each: far more than the loopback
+	// socket buffers hold, under the queue's bounds (nothing is dropped).
+	const total = 3001
+	for seq := uint64(2); seq <= total; seq++ {
+		a.tr.Send([]*raftpb.Message{appMsg(1, 2, seq, 8<<10)})
+	}
+	inline := a.peer(2).inline.Load()
+	release()
+	waitFor(t, "every message", func() bool { return b.numDelivered() == total })
+	for i, m := range b.delivered() {
+		if m.GetIndex() != uint64(i+1) || i > 0 && len(m.GetEntries()[0].GetData()) != 8<<10 {
+			t.Fatalf("message %d: index %d, %d bytes", i, m.GetIndex(), len(m.GetEntries()[0].GetData()))
+		}
+	}
+	if inline == 0 || inline >= total-1 {
+		t.Errorf("%d of %d messages written by Send itself; want some (while the socket took them) and not all", inline, total-1)
+	}
+	if a.unreachable(2) != 0 {
+		t.Errorf("peer reported unreachable %d times; want none", a.unreachable(2))
+	}
+	t.Logf("%d of %d messages written by Send itself", inline, total-1)
+}
+
+// peer returns the transport's peer id.
+func (n *node) peer(id uint64) *peer {
+	n.tr.mu.RLock()
+	defer n.tr.mu.RUnlock()
+	return n.tr.peers[id]
+}
+
+// idle reports whether the peer's stream is open with nothing queued and
+// no write under way.
+func (p *peer) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.s == nil || len(p.queue) > 0 || !p.s.wmu.TryLock() {
+		return false
+	}
+	p.s.wmu.Unlock()
+	return true
+}

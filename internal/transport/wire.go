@@ -52,6 +52,22 @@ func writeFrame(w *bufio.Writer, m proto.Message) error {
 	return writeFrameBytes(w, b)
 }
 
+// appendFrame appends m as one frame to dst.
+func appendFrame(dst []byte, m proto.Message) ([]byte, error) {
+	at := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	dst, err := proto.MarshalOptions{}.MarshalAppend(dst, m)
+	if err != nil {
+		return nil, err
+	}
+	n := len(dst) - at - 4
+	if n > maxFrameBytes {
+		return nil, fmt.Errorf("frame of %d bytes is over the %d allowed", n, maxFrameBytes)
+	}
+	binary.BigEndian.PutUint32(dst[at:], uint32(n))
+	return dst, nil
+}
+
 func writeFrameBytes(w *bufio.Writer, b []byte) error {
 	if len(b) > maxFrameBytes {
 		return fmt.Errorf("frame of %d bytes is over the %d allowed", len(b), maxFrameBytes)

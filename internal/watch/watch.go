@@ -1,13 +1,15 @@
-// Package watch keeps the lock events a node applied, by raft index, for
-// the Watch call: a bounded history that a watcher can start or resume
-// from, and a wake-up for the watchers that wait for the next event.
+// Package watch keeps the lock events (and fenced writes) a node applied,
+// by raft index, for the Watch call: a bounded history that a watcher can
+// start or resume from, and a wake-up for the watchers that wait for the
+// next event.
 //
 // Every replica applies the same entries, so every member's history holds
 // the same events at the same indexes: a watcher that loses its member
 // resumes on another one from the index after the last it saw. A history
 // starts at the index its node started (or restored a snapshot) at and
-// keeps the newest MaxEvents events; a watcher that asks for an index
-// before that gets ErrCompacted and must list the locks again.
+// keeps the newest MaxEvents events (and at most MaxBytes of them); a
+// watcher that asks for an index before that gets ErrCompacted and must
+// list the locks again.
 //
 // A watcher reads at its own pace from the shared history (nothing is
 // copied per watcher and nothing blocks the apply path); one that falls so
@@ -32,8 +34,20 @@ import (
 // 10 MB with names of 32 bytes.
 const DefaultMaxEvents = 100_000
 
-// Batch is the lock events of one applied entry, or, with no events, a
-// progress mark: every entry up to Index has been looked at.
+// MaxBytes bounds a History's events by size as well (names, owners and the
+// values of fenced writes, which may each be up to 1 MiB, plus
+// eventOverhead each): the oldest batches leave first, as for MaxEvents.
+const MaxBytes = 64 << 20
+
+// eventOverhead is what MaxBytes counts for one event besides its strings.
+const eventOverhead = 128
+
+// size is what an event counts against MaxBytes.
+func size(e fsm.Event) int { return eventOverhead + len(e.Name) + len(e.Owner) + len(e.Value) }
+
+// Batch is the watched events of one applied entry (see
+// fsm.EventKind.Watched), or, with no events, a progress mark: every entry
+// up to Index has been looked at.
 type Batch struct {
 	Index  uint64
 	Events []fsm.Event
@@ -63,6 +77,8 @@ type History struct {
 	mu      sync.Mutex
 	batches []Batch       // in index order; only entries with lock events
 	events  int           // events in batches
+	bytes   int           // their size (see size)
+	sizes   []int         // the size of each batch, as batches
 	first   uint64        // every entry at or after first that has lock events is in batches
 	more    chan struct{} // closed (and replaced) when a batch is added or the history is reset
 }
@@ -82,10 +98,12 @@ func New(maxEvents int, applied uint64) *History {
 // its commands, in order). It never blocks on a watcher.
 func (h *History) Publish(index uint64, results []fsm.Result) {
 	var evs []fsm.Event
+	n := 0
 	for i := range results {
 		for _, e := range results[i].Events {
-			if e.Kind.IsLockEvent() {
+			if e.Kind.Watched() {
 				evs = append(evs, e)
+				n += size(e)
 			}
 		}
 	}
@@ -95,12 +113,15 @@ func (h *History) Publish(index uint64, results []fsm.Result) {
 	}
 	h.mu.Lock()
 	h.batches = append(h.batches, Batch{Index: index, Events: evs})
+	h.sizes = append(h.sizes, n)
 	h.events += len(evs)
-	for h.events > h.max && len(h.batches) > 1 {
+	h.bytes += n
+	for (h.events > h.max || h.bytes > MaxBytes) && len(h.batches) > 1 {
 		h.events -= len(h.batches[0].Events)
+		h.bytes -= h.sizes[0]
 		h.first = h.batches[0].Index + 1
 		h.batches[0] = Batch{}
-		h.batches = h.batches[1:]
+		h.batches, h.sizes = h.batches[1:], h.sizes[1:]
 	}
 	h.last.Store(index)
 	h.wake()
@@ -112,7 +133,7 @@ func (h *History) Publish(index uint64, results []fsm.Result) {
 // every event up to index end with ErrCompacted.
 func (h *History) Reset(index uint64) {
 	h.mu.Lock()
-	h.batches, h.events, h.first = nil, 0, index+1
+	h.batches, h.sizes, h.events, h.bytes, h.first = nil, nil, 0, 0, index+1
 	h.last.Store(index)
 	h.wake()
 	h.mu.Unlock()

@@ -189,3 +189,25 @@ func TestWatchNeverSkips(t *testing.T) {
 		want += 7
 	}
 }
+
+// TestWatchBoundsBytes: large fenced writes leave the history by size, long
+// before its event count is reached, so a history of 1 MiB values stays
+// within MaxBytes.
+func TestWatchBoundsBytes(t *testing.T) {
+	h := New(1_000_000, 0)
+	value := make([]byte, 1<<20)
+	for i := uint64(1); i <= 100; i++ {
+		h.Publish(i, []fsm.Result{{Events: []fsm.Event{{Kind: fsm.Written, Name: "k", Token: i, Value: value}}}})
+	}
+	// 64 MiB hold 63 of these events (each counts 1 MiB + the key + eventOverhead).
+	if _, err := h.Watch("k", false, 37); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("from index 37: %v, want ErrCompacted (the oldest kept is 38)", err)
+	}
+	w, err := h.Watch("k", false, 38)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := next(t, w); b.Index != 38 || string(b.Events[0].Value) != string(value) {
+		t.Fatalf("got index %d, want 38 with its value", b.Index)
+	}
+}

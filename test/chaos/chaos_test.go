@@ -111,7 +111,7 @@ func TestChaos(t *testing.T) {
 func TestChaosControl(t *testing.T) {
 	// 45 s: with per-lock TTLs (some leases outlast most pauses) a 30 s run
 	// lost 3–6 updates, too close to none.
-	r := runChaos(t, chaos.Config{Duration: 45 * time.Second, Fencing: false, Faults: []string{chaos.FaultPauseWorker}})
+	r := runChaos(t, chaos.Config{Duration: 45 * time.Second, Fencing: false, LocksOnly: true, Faults: []string{chaos.FaultPauseWorker}})
 	if r.LostUpdates == 0 {
 		t.Fatalf("seed %d: without fencing no update was lost: the harness cannot see the failure fencing prevents", r.Seed)
 	}
@@ -128,7 +128,7 @@ func TestChaosPlantedBugs(t *testing.T) {
 			b := chaos.Bugs[name]
 			var missed []string
 			for range 3 {
-				r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: true, Faults: b.Faults, Locks: b.Locks}, b.Tag)
+				r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: true, LocksOnly: true, Faults: b.Faults, Locks: b.Locks}, b.Tag)
 				if by := b.CaughtBy(r); by != "" {
 					t.Logf("planted bug %q caught by %q (after %d runs that missed it)", name, by, len(missed))
 					return

@@ -50,6 +50,7 @@ func main() {
 	flag.IntVar(&cfg.Locks, "locks", 3, "locks (each guards one row and one key)")
 	flag.DurationVar(&cfg.TTL, "ttl", 1500*time.Millisecond, "the workers' lease TTL")
 	flag.BoolVar(&cfg.Fencing, "fencing", true, "false: the control run, rows written without the token check")
+	flag.BoolVar(&cfg.LocksOnly, "locks-only", false, "workers only lock rows: no elections, semaphores or read-write locks (the control and planted-bug runs)")
 	flag.StringVar(&faults, "faults", "", "comma-separated faults (default all): "+strings.Join(chaos.AllFaults, ","))
 	var stores string
 	flag.StringVar(&stores, "stores", "", "comma-separated stores workers write (default all): "+chaos.StorePostgres+","+chaos.StoreMySQL)

@@ -79,6 +79,7 @@ type faults struct {
 	endStreams int            // renewal streams to end (status OK) after their first answer
 	inject     int            // renewal streams to slip a malformed request into
 	injected   map[*relay.Call]bool
+	renewing   map[*relay.Call]bool // Session streams that carried a renewal
 	// delayRenewals holds back each renewal's answer this long.
 	delayRenewals time.Duration
 	delays        int // answers held back so far
@@ -89,7 +90,7 @@ type faults struct {
 const malformedSeq = 1 << 62
 
 func newFaults() *faults {
-	return &faults{lose: map[string]int{}, calls: map[string]int{}, injected: map[*relay.Call]bool{}}
+	return &faults{lose: map[string]int{}, calls: map[string]int{}, injected: map[*relay.Call]bool{}, renewing: map[*relay.Call]bool{}}
 }
 
 func (f *faults) hooks() relay.Hooks {
@@ -97,9 +98,13 @@ func (f *faults) hooks() relay.Hooks {
 }
 
 // up slips a renewal with a 3-byte lease secret in after the first
-// request of a stream chosen by inject.
+// renewal of a stream chosen by inject. On a Session stream (which carries
+// a client's Acquire, Release and renewals) it counts each call as the
+// unary call it stands for, and the stream as a renewal stream once a
+// renewal crossed it.
 func (f *faults) up(c *relay.Call, msg []byte) [][]byte {
-	if c.Method != api.FenceService_KeepAlive_FullMethodName {
+	method := f.methodUp(c, msg)
+	if method != api.FenceService_KeepAlive_FullMethodName {
 		return [][]byte{msg}
 	}
 	f.mu.Lock()
@@ -109,29 +114,86 @@ func (f *faults) up(c *relay.Call, msg []byte) [][]byte {
 	}
 	f.inject--
 	f.injected[c] = true
-	bad, err := proto.Marshal(&api.KeepAliveRequest{LeaseSecret: []byte{1, 2, 3}, Seq: malformedSeq})
+	bad := &api.KeepAliveRequest{LeaseSecret: []byte{1, 2, 3}, Seq: malformedSeq}
+	var out proto.Message = bad
+	if c.Method == api.FenceService_Session_FullMethodName { // under a call id the client never gave
+		out = &api.SessionRequest{CallId: malformedSeq, Call: &api.SessionRequest_KeepAlive{KeepAlive: bad}}
+	}
+	b, err := proto.Marshal(out)
 	if err != nil {
 		panic(err)
 	}
-	return [][]byte{msg, bad}
+	return [][]byte{msg, b}
 }
 
-// down loses a reply (the member acted; the caller hears UNAVAILABLE), or
-// ends a renewal stream after its first answer.
-func (f *faults) down(c *relay.Call, msg []byte) ([][]byte, bool, error) {
+// methodUp is the call msg (a request of c) stands for: c's method, or on
+// a Session stream the unary method of the call it carries, counted here.
+func (f *faults) methodUp(c *relay.Call, msg []byte) string {
+	if c.Method != api.FenceService_Session_FullMethodName {
+		return c.Method
+	}
+	var r api.SessionRequest
+	if proto.Unmarshal(msg, &r) != nil {
+		return ""
+	}
+	method := ""
+	switch r.Call.(type) {
+	case *api.SessionRequest_Acquire:
+		method = api.FenceService_Acquire_FullMethodName
+	case *api.SessionRequest_Release:
+		method = api.FenceService_Release_FullMethodName
+	case *api.SessionRequest_KeepAlive:
+		method = api.FenceService_KeepAlive_FullMethodName
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if d := f.delayRenewals; d > 0 && c.Method == api.FenceService_KeepAlive_FullMethodName {
+	if method == api.FenceService_KeepAlive_FullMethodName {
+		f.renewing[c] = true // counted as a renewal stream when it ends
+	} else if method != "" {
+		f.calls[method]++
+	}
+	return method
+}
+
+// methodDown is the call msg (an answer of c) answers: c's method, or on a
+// Session stream the unary method of the call it answers ("" for a refusal).
+func methodDown(c *relay.Call, msg []byte) string {
+	if c.Method != api.FenceService_Session_FullMethodName {
+		return c.Method
+	}
+	var r api.SessionResponse
+	if proto.Unmarshal(msg, &r) != nil {
+		return ""
+	}
+	switch r.Result.(type) {
+	case *api.SessionResponse_Acquire:
+		return api.FenceService_Acquire_FullMethodName
+	case *api.SessionResponse_Release:
+		return api.FenceService_Release_FullMethodName
+	case *api.SessionResponse_KeepAlive:
+		return api.FenceService_KeepAlive_FullMethodName
+	}
+	return ""
+}
+
+// down loses a reply (the member acted; the caller hears UNAVAILABLE: on a
+// Session stream the stream ends so, with every call on it), or ends a
+// renewal stream after its first answer.
+func (f *faults) down(c *relay.Call, msg []byte) ([][]byte, bool, error) {
+	method := methodDown(c, msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d := f.delayRenewals; d > 0 && method == api.FenceService_KeepAlive_FullMethodName {
 		f.delays++
 		f.mu.Unlock()
 		time.Sleep(d) // this stream's answers only
 		f.mu.Lock()
 	}
-	if f.lose[c.Method] > 0 {
-		f.lose[c.Method]--
+	if f.lose[method] > 0 {
+		f.lose[method]--
 		return nil, true, status.Error(codes.Unavailable, "conformance relay: the reply was lost on its way")
 	}
-	if c.Method == api.FenceService_KeepAlive_FullMethodName && f.endStreams > 0 && !f.injected[c] {
+	if method == api.FenceService_KeepAlive_FullMethodName && f.endStreams > 0 && !f.injected[c] {
 		f.endStreams--
 		return [][]byte{msg}, true, nil
 	}
@@ -140,8 +202,14 @@ func (f *faults) down(c *relay.Call, msg []byte) ([][]byte, bool, error) {
 
 func (f *faults) done(c *relay.Call, _, _ []byte, err error) error {
 	f.mu.Lock()
-	f.calls[c.Method]++
+	switch {
+	case c.Method != api.FenceService_Session_FullMethodName:
+		f.calls[c.Method]++
+	case f.renewing[c]:
+		f.calls[api.FenceService_KeepAlive_FullMethodName]++
+	}
 	delete(f.injected, c)
+	delete(f.renewing, c)
 	f.mu.Unlock()
 	return err
 }

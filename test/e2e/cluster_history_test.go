@@ -95,7 +95,21 @@ func TestClusterFencedKVHistory(t *testing.T) {
 			}
 		}()
 	}
-	for k := 0; k < 2; k++ {
+	c.killLeaders(2)
+	cancel()
+	wg.Wait()
+
+	mustLinearize(t, histcheck.FencedKV, history, "the fenced register model")
+	if stale == 0 {
+		t.Fatal("no stale write was refused: the test did not exercise fencing")
+	}
+	t.Logf("%d operations over 2 leader kills: linearizable; %d stale writes refused", len(history), stale)
+}
+
+// killLeaders kills the raft leader n times, 1.5 s apart, restarting each
+// 0.5 s later, then lets the cluster run 1 s more.
+func (c *cluster) killLeaders(n int) {
+	for range n {
 		time.Sleep(1500 * time.Millisecond)
 		old := c.leader()
 		old.kill()
@@ -103,19 +117,45 @@ func TestClusterFencedKVHistory(t *testing.T) {
 		old.startProcess()
 	}
 	time.Sleep(time.Second)
-	cancel()
-	wg.Wait()
+}
 
-	res, info := porcupine.CheckOperationsVerbose(histcheck.FencedKV, history, time.Minute)
-	if res != porcupine.Ok {
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("fence-history-%d.html", time.Now().UnixNano()))
-		if err := porcupine.VisualizePath(histcheck.FencedKV, info, path); err == nil {
-			t.Logf("visualisation: %s", path)
-		}
-		t.Fatalf("history of %d operations is %s against the fenced register model", len(history), res)
+// mustLinearize fails t unless history is linearizable against model
+// (named what), leaving porcupine's drawing of a failure in the temp dir.
+func mustLinearize(t *testing.T, model porcupine.Model, history []porcupine.Operation, what string) {
+	t.Helper()
+	res, info := porcupine.CheckOperationsVerbose(model, history, time.Minute)
+	if res == porcupine.Ok {
+		return
 	}
-	if stale == 0 {
-		t.Fatal("no stale write was refused: the test did not exercise fencing")
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("fence-history-%d.html", time.Now().UnixNano()))
+	if err := porcupine.VisualizePath(model, info, path); err == nil {
+		t.Logf("visualisation: %s", path)
 	}
-	t.Logf("%d operations over 2 leader kills: linearizable; %d stale writes refused", len(history), stale)
+	t.Fatalf("history of %d operations is %s against %s", len(history), res, what)
+}
+
+// opHistory records operations for a porcupine check from many goroutines,
+// with times counted from its start; an operation of unknown outcome stays
+// open (its return is +∞: it may take effect any time after its call).
+type opHistory struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []porcupine.Operation // guarded by mu
+}
+
+func newOpHistory() *opHistory { return &opHistory{start: time.Now()} }
+
+// now is the time since the history started, for an operation's call.
+func (h *opHistory) now() int64 { return int64(time.Since(h.start)) }
+
+// add records an operation called at call that returns now, or never if
+// its outcome is unknown.
+func (h *opHistory) add(client int, in, out any, call int64, unknown bool) {
+	ret := h.now()
+	if unknown {
+		ret = math.MaxInt64
+	}
+	h.mu.Lock()
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	h.mu.Unlock()
 }

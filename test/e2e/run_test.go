@@ -25,6 +25,47 @@ func fenceCmd(t *testing.T, n *node, args ...string) *exec.Cmd {
 type jobRun struct {
 	start, end int64
 	token      uint64
+	rest       string // what the job logged after its token (its slot, its mode)
+}
+
+// readJobLog reads the log the jobs of a test appended to, a line
+// "start|end NS TOKEN [REST]" as each began and ended, and returns the runs
+// by start time, one per token.
+func readJobLog(t *testing.T, log string) []*jobRun {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byToken := map[uint64]*jobRun{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		var ns int64
+		var tok uint64
+		if len(f) < 3 {
+			t.Fatalf("log line %q", line)
+		}
+		if _, err := fmt.Sscanf(f[1]+" "+f[2], "%d %d", &ns, &tok); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if byToken[tok] == nil {
+			byToken[tok] = &jobRun{token: tok, rest: strings.Join(f[3:], " ")}
+		}
+		if f[0] == "start" {
+			byToken[tok].start = ns
+		} else {
+			byToken[tok].end = ns
+		}
+	}
+	var jobs []*jobRun
+	for _, j := range byToken {
+		if j.start == 0 || j.end == 0 {
+			t.Fatalf("job with token %d did not log both its start and its end:\n%s", j.token, b)
+		}
+		jobs = append(jobs, j)
+	}
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].start < jobs[j].start })
+	return jobs
 }
 
 // TestFenceRunNeverOverlaps starts four `fence run` processes at once on one
@@ -49,35 +90,10 @@ func TestFenceRunNeverOverlaps(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	b, err := os.ReadFile(log)
-	if err != nil {
-		t.Fatal(err)
+	jobs := readJobLog(t, log)
+	if len(jobs) != runs {
+		t.Fatalf("%d distinct tokens in %d runs", len(jobs), runs)
 	}
-	byToken := map[uint64]*jobRun{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var what string
-		var ns int64
-		var tok uint64
-		if _, err := fmt.Sscanf(line, "%s %d %d", &what, &ns, &tok); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if byToken[tok] == nil {
-			byToken[tok] = &jobRun{token: tok}
-		}
-		if what == "start" {
-			byToken[tok].start = ns
-		} else {
-			byToken[tok].end = ns
-		}
-	}
-	if len(byToken) != runs {
-		t.Fatalf("%d distinct tokens in %d runs:\n%s", len(byToken), runs, b)
-	}
-	var jobs []*jobRun
-	for _, j := range byToken {
-		jobs = append(jobs, j)
-	}
-	sort.Slice(jobs, func(i, j int) bool { return jobs[i].start < jobs[j].start })
 	for i := 1; i < len(jobs); i++ {
 		prev, cur := jobs[i-1], jobs[i]
 		if cur.start < prev.end {
@@ -127,41 +143,83 @@ func TestFenceRunKillsChildAfterPause(t *testing.T) {
 	}
 	defer func() { syscall.Kill(first.Process.Pid, syscall.SIGKILL); first.Wait() }()
 	firstToken := waitAcquired(t, bufio.NewScanner(stderr))
-	var childPid int
-	for deadline := time.Now().Add(10 * time.Second); childPid == 0; time.Sleep(10 * time.Millisecond) {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			childPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("child never started")
-		}
-	}
+	childPid := readPid(t, pidFile)
 	defer syscall.Kill(childPid, syscall.SIGKILL)
 
 	if err := syscall.Kill(first.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	second := fenceCmd(t, n, "run", "paused", "--ttl", "1s", "--wait", "20s", "--", "sh", "-c", "sleep 0.2")
+	// The second holder's own TTL is long: only the paused one's must run
+	// out, and a 1 s lease can be lost on a loaded CI machine (renewals
+	// slower than TTL/3 + grace), which is not what this test is about.
+	second := fenceCmd(t, n, "run", "paused", "--ttl", "10s", "--wait", "20s", "--", "sh", "-c", "sleep 0.2")
 	stderr2, _ := second.StderrPipe()
 	if err := second.Start(); err != nil {
 		t.Fatal(err)
 	}
-	secondToken := waitAcquired(t, bufio.NewScanner(stderr2)) // only after the paused lease expired
+	lines2 := bufio.NewScanner(stderr2)
+	secondToken := waitAcquired(t, lines2) // only after the paused lease expired
+	rest2 := keepLines(lines2)
 	if secondToken <= firstToken {
 		t.Fatalf("second holder token %d, paused holder had %d", secondToken, firstToken)
 	}
-	if err := syscall.Kill(first.Process.Pid, syscall.SIGCONT); err != nil {
+	resumeKills(t, first, childPid)
+	if err := second.Wait(); err != nil {
+		t.Fatalf("second fence run: %v\n%s", err, rest2())
+	}
+}
+
+// keepLines reads the rest of a process's output in the background (so its
+// pipe never fills) and returns a function that gives what was read once the
+// process has exited.
+func keepLines(lines *bufio.Scanner) func() string {
+	var b strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+		}
+	}()
+	return func() string {
+		select {
+		case <-done:
+			return b.String()
+		case <-time.After(5 * time.Second):
+			return "(output still open)"
+		}
+	}
+}
+
+// readPid waits up to 10 s for a command to write its pid to pidFile.
+func readPid(t *testing.T, pidFile string) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid != 0 {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+	}
+}
+
+// resumeKills sends SIGCONT to a paused fence run or elect whose lease
+// expired meanwhile: it must kill its command (childPid) at once and exit
+// 76 (lease lost).
+func resumeKills(t *testing.T, paused *exec.Cmd, childPid int) {
+	t.Helper()
+	if err := syscall.Kill(paused.Process.Pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	err := first.Wait()
+	err := paused.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 76 {
-		t.Fatalf("paused fence run exited with %v, want code 76 (lease lost)", err)
+		t.Fatalf("the paused process exited with %v, want code 76 (lease lost)", err)
 	}
 	if err := syscall.Kill(childPid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Fatalf("the child (pid %d) is still alive after its lease was lost: %v", childPid, err)
-	}
-	if err := second.Wait(); err != nil {
-		t.Fatalf("second fence run: %v", err)
+		t.Fatalf("its command (pid %d) is still alive after its lease was lost: %v", childPid, err)
 	}
 }

@@ -27,8 +27,8 @@ func failover(ctx context.Context, name string, sys system, kills int) ([]float6
 		if err != nil {
 			return secs, err
 		}
-		name := fmt.Sprintf("peerbench/failover/%d", i)
-		if _, err := lockOnce(ctx, l, name+"/warm", time.Minute); err != nil {
+		lock := fmt.Sprintf("peerbench/failover/%d", i)
+		if _, err := lockOnce(ctx, l, lock+"/warm", time.Minute); err != nil {
 			l.Close()
 			return secs, fmt.Errorf("before kill %d: %w", i+1, err)
 		}
@@ -38,7 +38,7 @@ func failover(ctx context.Context, name string, sys system, kills int) ([]float6
 			return secs, err
 		}
 		start := time.Now()
-		granted, err := lockOnce(ctx, l, name, time.Minute)
+		granted, err := lockOnce(ctx, l, lock, time.Minute)
 		took := granted.Sub(start)
 		l.Close()
 		if err != nil {

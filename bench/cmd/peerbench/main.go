@@ -1,6 +1,8 @@
 // Command peerbench runs fence and the systems it is compared with — a
-// 3-member etcd cluster (embed, fsync on) and Redis (SET NX PX; without and
-// with appendfsync always) — one after another on this machine, through
+// 3-member etcd cluster (embed, fsync on), Redis (SET NX PX; without and
+// with appendfsync always) and, when asked for, a 3-server ZooKeeper
+// ensemble (Debian's package, installed on first use; transaction log
+// fsynced) — one after another on this machine, through
 // the same load loops (internal/bench), and prints medians and the ratio to
 // etcd. Every system is started fresh for each round and stopped after it.
 //
@@ -59,6 +61,8 @@ type Results struct {
 	Runs      map[string]map[string][]*bench.Result `json:"runs"`
 	Failover  map[string][]float64                  `json:"failover_seconds,omitempty"`
 	Memory    map[string][]Memory                   `json:"memory,omitempty"`
+	// Curves are the points of --curve runs (see curve.go).
+	Curves []CurvePoint `json:"curves,omitempty"`
 }
 
 // Memory is each member's resident memory (bytes) before and after a
@@ -78,18 +82,30 @@ func main() {
 		loopbackEcho()
 		return
 	}
-	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run; a +tls suffix serves TLS on every port, +signed signs every grant with a token key: fence+tls+signed)")
+	systems := flag.String("systems", "fence,etcd,redis,redis-fsync", "systems to run, in order; also zookeeper (installed from Debian's package on first use) (fence@REV: fence built at git revision REV, e.g. to compare with an earlier fence in the same run; a +tls suffix serves TLS on every port, +signed signs every grant with a token key: fence+tls+signed; +relock: the lock-and-release loops hold the lock and take it again with one relock call (Lease.Relock), e.g. --systems fence,fence+relock)")
 	runs := flag.Int("runs", 3, "rounds (each system fresh in each); medians are over these")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
 	only := flag.String("scenarios", "", "comma-separated subset of: "+names())
 	out := flag.String("out", "", "write every measurement as JSON here")
 	kills := flag.Int("failovers", 10, "leader kills per clustered system (after the rounds; 0 skips)")
 	profiles := flag.String("profiles", "", "save a CPU profile and a trace of fence's leader, and a CPU profile of the clients, per scenario (round 1) in this dir")
+	var curves curveFlags
+	flag.Var(&curves, "curve", "measure a curve instead of the scenarios and failovers: clients=1,4,16,… (uncontended lock+release at each client count) leases=10000,100000,… (uncontended with --curve-clients clients while that many leases are live) or renewals=1,4,16,… (renewal streams, 64 in flight each); repeat for several; each point lasts --duration")
+	curveClientsN := flag.Int("curve-clients", 64, "clients locking and releasing at each point of a leases curve")
+	fill := flag.Duration("curve-fill", 15*time.Minute, "at most this long to create one leases point's leases")
 	flag.Parse()
+	if *curveClientsN < 1 || *curveClientsN > maxCurveClients {
+		fmt.Fprintf(os.Stderr, "peerbench: --curve-clients %d outside 1…%d\n", *curveClientsN, maxCurveClients)
+		os.Exit(2)
+	}
+	if *fill <= 0 || *fill > time.Hour {
+		fmt.Fprintf(os.Stderr, "peerbench: --curve-fill %v outside 0…1h\n", *fill)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	o := options{systems: strings.Split(*systems, ","), runs: *runs, d: *duration, only: *only, out: *out,
-		kills: *kills, profiles: *profiles}
+		kills: *kills, profiles: *profiles, curves: curves, curveClients: *curveClientsN, fill: *fill}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "peerbench:", err)
 		os.Exit(1)
@@ -129,7 +145,8 @@ type system interface {
 // fenceRev is the revision a system name fence@REV asks for ("" for fence,
 // the working tree), and how it serves: suffixes "+tls" (TLS on every
 // port) and "+signed" (a token key: every grant signed), in any order, as
-// in fence+tls+signed; ok is false for the other systems.
+// in fence+tls+signed, and "+relock" (the cycle loops relock instead of
+// releasing and locking: Lease.Relock); ok is false for the other systems.
 func fenceRev(name string) (rev string, how peers.FenceOptions, ok bool) {
 	for {
 		var cut bool
@@ -137,6 +154,8 @@ func fenceRev(name string) (rev string, how peers.FenceOptions, ok bool) {
 			how.TLS = true
 		} else if name, cut = strings.CutSuffix(name, "+signed"); cut {
 			how.Signed = true
+		} else if name, cut = strings.CutSuffix(name, "+relock"); cut {
+			how.Relock = true
 		} else {
 			break
 		}
@@ -146,6 +165,13 @@ func fenceRev(name string) (rev string, how peers.FenceOptions, ok bool) {
 	}
 	rev, ok = strings.CutPrefix(name, "fence@")
 	return rev, how, ok && rev != ""
+}
+
+// relocks reports whether system name's cycle loops relock (fence+relock)
+// on workload.
+func relocks(name, workload string) bool {
+	_, how, ok := fenceRev(name)
+	return ok && how.Relock && bench.Cycles(workload)
 }
 
 func start(name, dir string, fenceBins map[string]string, self string) (system, error) {
@@ -160,8 +186,10 @@ func start(name, dir string, fenceBins map[string]string, self string) (system, 
 		return peers.StartRedis(dir, 17500, ttl, false)
 	case "redis-fsync":
 		return peers.StartRedis(dir, 17501, ttl, true)
+	case "zookeeper":
+		return peers.StartZooKeeper(dir, 17600, ttl)
 	}
-	return nil, fmt.Errorf("unknown system %q (fence, fence@REV, either with +tls and/or +signed, etcd, redis, redis-fsync)", name)
+	return nil, fmt.Errorf("unknown system %q (fence, fence@REV, with +tls, +signed and/or +relock, etcd, redis, redis-fsync, zookeeper)", name)
 }
 
 // options are the command line's choices.
@@ -172,6 +200,10 @@ type options struct {
 	only, out string
 	kills     int
 	profiles  string
+	// curves, when given, are run instead of the scenarios and failovers.
+	curves       []curve
+	curveClients int
+	fill         time.Duration
 }
 
 func run(ctx context.Context, o options) error {
@@ -185,11 +217,19 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
+	if len(o.curves) > 0 {
+		chosen = nil // the curves run instead
+	}
 	tmp, err := os.MkdirTemp("", "peerbench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	if slices.Contains(systems, "zookeeper") {
+		if err := peers.InstallZooKeeper(os.Stderr); err != nil {
+			return err
+		}
+	}
 	fenceBins := map[string]string{}
 	for _, name := range systems {
 		if rev, _, ok := fenceRev(name); ok && fenceBins[rev] == "" {
@@ -216,6 +256,14 @@ func run(ctx context.Context, o options) error {
 		res: &Results{Machine: m, Command: strings.Join(os.Args, " "), Started: time.Now(), Scenarios: chosen,
 			Runs: map[string]map[string][]*bench.Result{}, Failover: map[string][]float64{}, Memory: map[string][]Memory{}}}
 	res := b.res
+	if len(o.curves) > 0 {
+		fmt.Println(curvePlan(o.curves, systems, o.runs, o.d, o.fill))
+		t0 := time.Now()
+		err := b.curves(ctx) // on an interrupt, what was measured is still reported and saved
+		reportCurves(os.Stdout, res, systems)
+		fmt.Printf("the curves took %v\n", time.Since(t0).Round(time.Second))
+		return errors.Join(err, b.write())
+	}
 	for round := 1; round <= o.runs; round++ {
 		for _, name := range systems {
 			if err := b.round(ctx, round, name); err != nil {
@@ -242,11 +290,16 @@ func run(ctx context.Context, o options) error {
 		res.Failover[name] = secs
 	}
 	report(os.Stdout, res, systems)
-	if o.out != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		return os.WriteFile(o.out, b, 0o644)
+	return b.write()
+}
+
+// write saves the results as JSON to --out, if given.
+func (b *bencher) write() error {
+	if b.o.out == "" {
+		return nil
 	}
-	return nil
+	out, _ := json.MarshalIndent(b.res, "", "  ")
+	return os.WriteFile(b.o.out, out, 0o644)
 }
 
 // bencher runs the chosen scenarios on the systems and collects results.
@@ -286,7 +339,7 @@ func (b *bencher) round(ctx context.Context, round int, name string) error {
 			return ctx.Err()
 		}
 		cfg := bench.Config{Target: sys, Workload: sc.Workload, Clients: sc.Clients, Duration: d,
-			MaxOps: 1 << 40, TTL: 10 * time.Second, Window: 64}
+			MaxOps: 1 << 40, TTL: 10 * time.Second, Window: 64, Relock: relocks(name, sc.Workload)}
 		var mem *Memory
 		if sc.MaxOps > 0 {
 			if _, ok := sys.(bench.LeaseCreator); !ok && sc.Workload == bench.ManyLeases {
@@ -344,7 +397,7 @@ func median(rs []*bench.Result, f func(*bench.Result) float64) float64 {
 }
 
 func mainOp(r *bench.Result) bench.Latency {
-	for _, op := range []string{"lock", "renew", "create-lease"} {
+	for _, op := range []string{"relock", "lock", "renew", "create-lease"} { // a relocking run's main op is the relock
 		if l, ok := r.Latency[op]; ok {
 			return l
 		}
@@ -355,20 +408,28 @@ func mainOp(r *bench.Result) bench.Latency {
 func report(w *os.File, res *Results, systems []string) {
 	fmt.Fprintln(w, "machine:", res.Machine)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tsystem\truns\tops/s (median)\tvs etcd\tp50 ms\tp99 ms\tp99.9 ms\t")
+	// Ratios are to etcd, and to ZooKeeper when it ran.
+	refs := []string{"etcd"}
+	if len(res.Runs["zookeeper"]) > 0 {
+		refs = append(refs, "zookeeper")
+	}
+	fmt.Fprintf(tw, "scenario\tsystem\truns\tops/s (median)\t%s\tp50 ms\tp99 ms\tp99.9 ms\t\n", "vs "+strings.Join(refs, "\tvs "))
 	for _, sc := range res.Scenarios {
-		etcd := median(res.Runs["etcd"][sc.Name], func(r *bench.Result) float64 { return r.OpsPerSec })
 		for _, name := range systems {
 			rs := res.Runs[name][sc.Name]
 			if len(rs) == 0 {
 				continue
 			}
 			ops := median(rs, func(r *bench.Result) float64 { return r.OpsPerSec })
-			ratio := "-"
-			if etcd > 0 {
-				ratio = fmt.Sprintf("%.2f×", ops/etcd)
+			var ratios []string
+			for _, ref := range refs {
+				ratio := "-"
+				if base := median(res.Runs[ref][sc.Name], func(r *bench.Result) float64 { return r.OpsPerSec }); base > 0 {
+					ratio = fmt.Sprintf("%.2f×", ops/base)
+				}
+				ratios = append(ratios, ratio)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%.3f\t%.3f\t%.3f\t\n", sc.Name, name, len(rs), ops, ratio,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%.3f\t%.3f\t%.3f\t\n", sc.Name, name, len(rs), ops, strings.Join(ratios, "\t"),
 				median(rs, func(r *bench.Result) float64 { return mainOp(r).P50 }),
 				median(rs, func(r *bench.Result) float64 { return mainOp(r).P99 }),
 				median(rs, func(r *bench.Result) float64 { return mainOp(r).P999 }))

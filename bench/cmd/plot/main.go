@@ -3,6 +3,14 @@
 // clients, medians over the rounds, on a log scale.
 //
 //	go run ./cmd/plot results.json latency.png
+//
+// With --curves it draws the curves of a peerbench --curve run instead:
+// throughput and p99 (of Lock, or of a renewal) against clients, live
+// leases and renewal streams, one line per system (medians over the
+// rounds), two PNG files per curve the run has: PREFIX-clients-throughput.png,
+// PREFIX-clients-p99.png, and so for leases and renewals.
+//
+//	go run ./cmd/plot --curves results.json results/curves
 package main
 
 import (
@@ -41,14 +49,19 @@ var points = []struct {
 var colors = map[string]color.Color{
 	"fence": color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, "etcd": color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	"redis": color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, "redis-fsync": color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"zookeeper": color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 }
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: plot RESULTS.json OUT.png")
+	args, draw := os.Args[1:], run
+	if len(args) > 0 && (args[0] == "--curves" || args[0] == "-curves") {
+		args, draw = args[1:], runCurves
+	}
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: plot RESULTS.json OUT.png\n       plot --curves RESULTS.json PREFIX")
 		os.Exit(2)
 	}
-	if err := run(os.Args[1], os.Args[2]); err != nil {
+	if err := draw(args[0], args[1]); err != nil {
 		fmt.Fprintln(os.Stderr, "plot:", err)
 		os.Exit(1)
 	}

@@ -20,14 +20,14 @@ CLOCK_BOOTTIME; retries of the same request; leader following. The generated
 gRPC code is in fence.v1.
 """
 
-from .client import Client, Lease, LockInfo, Member, lock
+from .client import Client, GrantInfo, Lease, LockInfo, Member, RWLock, Semaphore, lock
 from .errors import (CallError, ClosedError, ExpiredError, FenceError, IndeterminateError, InvalidError,
                      LeaseAbandonedError, LockedError, LockTimeoutError, LostContactError, ReleasedError,
-                     RevokedError, UnreachableError)
+                     PermitsError, RevokedError, UnreachableError)
 
 __all__ = [
-    "Client", "Lease", "LockInfo", "Member", "lock",
+    "Client", "Lease", "LockInfo", "GrantInfo", "Member", "lock",
     "FenceError", "LockedError", "ExpiredError", "LostContactError", "LeaseAbandonedError", "RevokedError",
     "ReleasedError", "ClosedError", "IndeterminateError", "UnreachableError", "InvalidError",
-    "LockTimeoutError", "CallError",
+    "LockTimeoutError", "CallError", "PermitsError", "Semaphore", "RWLock",
 ]

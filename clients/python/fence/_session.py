@@ -65,9 +65,18 @@ class Grant(Protocol):
 class _Claim:
     """Marks a name as taken by one caller of the session."""
 
-    def __init__(self) -> None:
+    def __init__(self, multi: bool = False) -> None:
         self.done = threading.Event()
+        self.multi = multi  # a permit or a reader's grant: others of its kind use the next lane
         self.token = 0
+
+
+class NextLane(Exception):
+    """The name is taken in this session by a caller whose grant may be held
+    beside others (a permit, a reader's), or this caller's may: ask in the
+    next lane rather than wait locally. A writer that waited here for its own
+    Client's reader would be in no queue on the server, and readers that came
+    after it would pass it."""
 
 
 class _Stream:
@@ -118,6 +127,7 @@ class Session:
                  settle_for: float = SETTLE_FOR) -> None:
         self._t, self._clk = transport, clock
         self.ttl, self.margin, self.owner = ttl, margin, owner
+        self.lane = 0  # set by the Client: see client._SessionKey
         self.secret: bytes = resp.lease_secret
         self.number: int = resp.lease_number
         self.calls = Calls()
@@ -308,15 +318,20 @@ class Session:
 
     # --- local claims: one holder of a name per session ---
 
-    def claim(self, name: str, wait: bool, deadline: Optional[float]) -> tuple[Callable[[], None], Callable[[int], None]]:
+    def claim(self, name: str, wait: bool, deadline: Optional[float],
+              multi: bool = False) -> tuple[Callable[[], None], Callable[[int], None]]:
         """Makes this caller the only local holder of name in this session,
         waiting for another local holder to let go (or, with wait=False,
-        raising LockedError at once). Returns unclaim and granted(token)."""
+        raising LockedError at once); raising NextLane if either of the two is
+        multi (a permit or a reader's grant). Returns unclaim and
+        granted(token)."""
         while True:
             with self._mu:
                 busy = self._names.get(name)
+                if busy is not None and (multi or busy.multi):
+                    raise NextLane()
                 if busy is None:
-                    mine = _Claim()
+                    mine = _Claim(multi)
                     self._names[name] = mine
                     break
                 token = busy.token
@@ -342,12 +357,13 @@ class Session:
 
     # --- numbered calls (§5) and settling their outcomes (§4) ---
 
-    def acquire_request(self, name: str, wait: bool, lock_delay: Optional[float]) -> fence_pb2.AcquireRequest:
+    def acquire_request(self, name: str, wait: bool, lock_delay: Optional[float], permits: int = 0,
+                        shared: bool = False) -> fence_pb2.AcquireRequest:
         """A new numbered Acquire; it is re-sent unchanged on every retry."""
         seq = self.calls.begin()
         ack, open_ = self.calls.acks(seq)
         req = fence_pb2.AcquireRequest(request_id=new_request_id(), lease_secret=self.secret, name=name,
-                                       wait=wait, seq=seq, ack=ack, open=open_)
+                                       wait=wait, seq=seq, ack=ack, open=open_, permits=permits, shared=shared)
         if lock_delay is not None:
             req.lock_delay.FromNanoseconds(round(lock_delay * 1e9))
         return req

@@ -1,6 +1,6 @@
 """Decoding the facts of a refusal (docs/protocol.md §1): a google.rpc.Status
 in the grpc-status-details-bin trailer, whose details are Any messages of
-type fence.v1.NotLeader, LockHeld or StaleToken.
+type fence.v1.NotLeader, LockHeld, StaleToken, RanRecently or PermitsMismatch.
 
 Debian has no grpcio-status, so google/rpc/status.proto is vendored
 (vendor/, from googleapis) and its descriptor compiled by generate.sh into
@@ -27,11 +27,13 @@ _get_class: Optional[Callable[[Any], Any]] = getattr(message_factory, "GetMessag
 # protobuf >= 4.22 has GetMessageClass; 4.21 (Debian 12) only the factory.
 Status: Any = _get_class(_status_desc) if _get_class else message_factory.MessageFactory(_pool).GetPrototype(_status_desc)
 
-Detail = Union[fence_pb2.NotLeader, fence_pb2.LockHeld, fence_pb2.StaleToken]
+Detail = Union[fence_pb2.NotLeader, fence_pb2.LockHeld, fence_pb2.StaleToken, fence_pb2.RanRecently, fence_pb2.PermitsMismatch]
 _TYPES: dict[str, type[message.Message]] = {
     "fence.v1.NotLeader": fence_pb2.NotLeader,
     "fence.v1.LockHeld": fence_pb2.LockHeld,
     "fence.v1.StaleToken": fence_pb2.StaleToken,
+    "fence.v1.RanRecently": fence_pb2.RanRecently,
+    "fence.v1.PermitsMismatch": fence_pb2.PermitsMismatch,
 }
 
 

@@ -18,16 +18,21 @@ import grpc
 
 from . import _rules
 from ._rules import BootClock, Clock
-from ._session import Session, new_request_id, refusal_code, seconds
+from ._session import NextLane, Session, new_request_id, refusal_code, seconds
 from ._status import Detail
 from ._transport import Transport, outcome_unknown
 from .errors import (CallError, ClosedError, ExpiredError, FenceError, IndeterminateError, InvalidError,
-                     LeaseAbandonedError, LockedError, LockTimeoutError, ReleasedError, RevokedError,
-                     UnreachableError)
+                     LeaseAbandonedError, LockedError, LockTimeoutError, PermitsError, ReleasedError,
+                     RevokedError, UnreachableError)
 from .v1 import fence_pb2, fence_pb2_grpc
 
 T = TypeVar("T")
-_SessionKey = tuple[float, float]  # (ttl, margin): locks share a lease when both agree
+# (ttl, margin, lane): locks share a lease when ttl and margin agree; a lease
+# holds one grant per name, so callers holding permits of one semaphore (or
+# reading one read-write lock) at once use lanes 0, 1, 2 … (a mutex's callers take
+# turns in one lane; a writer behind a local reader or permit moves on: NextLane).
+_SessionKey = tuple[float, float, int]
+_MAX_PERMITS = 1 << 16
 
 ENV_CA, ENV_CERT, ENV_KEY = "FENCE_CA", "FENCE_CERT", "FENCE_KEY"
 
@@ -48,6 +53,8 @@ class Lease:
         self.token = token  #: the fencing token: larger than every earlier grant's of this lock
         self.signed_token = signed_token  #: the server's signed statement of the grant ("" without a token key)
         self.lease_number: int = session.number  #: the public number of the server lease holding it
+        self.slot = 0  #: a semaphore permit's slot, 0…n−1 (the lowest free when granted); 0 otherwise
+        self.shared = False  #: a reader's grant of a read-write lock
         self.done = threading.Event()  #: set when the lease can no longer be trusted (or was released)
         self._unclaim = unclaim
         self._mu = threading.Lock()
@@ -171,8 +178,22 @@ class Lease:
 
 
 @dataclasses.dataclass(frozen=True)
+class GrantInfo:
+    """One grant of a lock: a permit (slot) of a semaphore, a reader's or a writer's."""
+    holder_lease: int  #: 0 while in lock-delay
+    holder_owner: str
+    token: int
+    slot: int
+    shared: bool
+    delayed: bool
+    ttl_left: float
+
+
+@dataclasses.dataclass(frozen=True)
 class LockInfo:
-    """A lock as the server sees it (holder_lease 0: nobody holds it)."""
+    """A lock as the server sees it (holder_lease 0: nobody holds it). The
+    holder fields describe its first grant (a mutex's one grant); grants
+    lists every grant of a semaphore or of readers."""
     name: str
     holder_lease: int
     holder_owner: str
@@ -181,6 +202,8 @@ class LockInfo:
     waiters: int
     delayed: bool
     lock_delay: float
+    permits: int = 1  #: 1 for a mutex or a read-write lock, n for a semaphore
+    grants: tuple[GrantInfo, ...] = ()
 
     @property
     def held(self) -> bool:
@@ -248,7 +271,7 @@ class Client:
 
     def lock(self, name: str, *, wait: bool = True, timeout: Optional[float] = None,
              ttl: Optional[float] = None, safety_margin: Optional[float] = None,
-             lock_delay: Optional[float] = None) -> Lease:
+             lock_delay: Optional[float] = None, _permits: int = 0, _shared: bool = False) -> Lease:
         """Takes the lock, waiting for it in FIFO order with other waiters
         (wait=False: fail at once with LockedError if it is held), for at most
         timeout seconds (None: no bound; then LockTimeoutError, or
@@ -256,12 +279,12 @@ class Client:
         safety_margin and lock_delay override the client's defaults."""
         _rules.check_name("lock name", name)
         t = self._ttl if ttl is None else _rules.check_ttl(ttl)
-        key = (t, _rules.safety_margin(t, self._margin if safety_margin is None else safety_margin))
+        key = (t, _rules.safety_margin(t, self._margin if safety_margin is None else safety_margin), 0)
         delay = self._lock_delay if lock_delay is None else _check_lock_delay(lock_delay)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise InvalidError(f"timeout {timeout!r} must be a non-negative number of seconds, or None")
         deadline = None if timeout is None else time.monotonic() + timeout
-        return self._acquire(name, wait, deadline, key, delay)
+        return self._acquire(name, wait, deadline, key, delay, _permits, _shared)
 
     def try_lock(self, name: str, *, timeout: Optional[float] = None, ttl: Optional[float] = None,
                  safety_margin: Optional[float] = None, lock_delay: Optional[float] = None) -> Lease:
@@ -270,15 +293,29 @@ class Client:
         return self.lock(name, wait=False, timeout=timeout, ttl=ttl, safety_margin=safety_margin,
                          lock_delay=lock_delay)
 
+    def semaphore(self, name: str, n: int) -> Semaphore:
+        """A handle on the semaphore name of n permits (see Semaphore)."""
+        return Semaphore(self, name, n)
+
+    def rwlock(self, name: str) -> RWLock:
+        """A handle on the read-write lock name (see RWLock)."""
+        return RWLock(self, name)
+
     def _acquire(self, name: str, wait: bool, deadline: Optional[float], key: _SessionKey,
-                 lock_delay: Optional[float]) -> Lease:
+                 lock_delay: Optional[float], permits: int = 0, shared: bool = False) -> Lease:
+        multi = permits > 1 or shared
         while True:
             s = self._session(key, deadline)
             try:
-                unclaim, granted = s.claim(name, wait, deadline)
+                unclaim, granted = s.claim(name, wait, deadline, multi)
             except ExpiredError:
                 continue  # the session ended while we waited locally: start over
-            req = s.acquire_request(name, wait, lock_delay)
+            except NextLane:
+                # this lease holds a permit (a read) of name, or a writer asks
+                # beside a local reader: the next lane may ask
+                key = (key[0], key[1], key[2] + 1)
+                continue
+            req = s.acquire_request(name, wait, lock_delay, permits, shared)
             err: Optional[FenceError] = None
             try:
                 # Retries send the same request (id and numbers): a grant whose
@@ -290,7 +327,9 @@ class Client:
                 s.calls.answered(req.seq)
             if err is None:
                 granted(resp.token)
-                return Lease(s, name, resp.token, resp.signed_token, unclaim)
+                lease = Lease(s, name, resp.token, resp.signed_token, unclaim)
+                lease.slot, lease.shared = resp.slot, resp.shared
+                return lease
             if outcome_unknown(err):
                 s.settle_acquire(req)  # before unclaim: no other local caller can hold the name yet
             unclaim()
@@ -301,6 +340,9 @@ class Client:
                 continue
             if code == grpc.StatusCode.ABORTED and _lock_held(err):
                 raise _locked_error(name, err)
+            for d in getattr(err, "details", ()):
+                if isinstance(d, fence_pb2.PermitsMismatch):
+                    raise PermitsError(name, d.permits, d.asked) from err
             if code == grpc.StatusCode.ABORTED and not timed_out:
                 continue  # the server ended this wait (it stopped, say): wait again with a new call
             if timed_out and (code == grpc.StatusCode.ABORTED or isinstance(err, IndeterminateError)):
@@ -346,7 +388,7 @@ class Client:
             return s
 
     def _new_session(self, key: _SessionKey, deadline: Optional[float]) -> Session:
-        ttl, margin = key
+        ttl, margin, lane = key
         req = fence_pb2.CreateLeaseRequest(request_id=new_request_id(), owner=self._owner)
         req.ttl.FromNanoseconds(round(ttl * 1e9))
         sent = self._clock.now()  # §6.2: the deadline counts from the FIRST attempt's send time
@@ -356,13 +398,16 @@ class Client:
             if e.code == grpc.StatusCode.UNAVAILABLE:
                 raise UnreachableError(f"create a lease: no member could serve the call in time ({e})") from e
             raise LockTimeoutError(f"create a lease: no answer in time ({e})") from e
-        return Session(self._t, self._clock, ttl, margin, self._owner, resp, sent, self._forget, self._settle_for)
+        s = Session(self._t, self._clock, ttl, margin, self._owner, resp, sent, self._forget, self._settle_for)
+        s.lane = lane
+        return s
 
     def _forget(self, s: Session) -> None:
         """Drops an ended session so the next lock makes a fresh one."""
         with self._mu:
-            if self._sessions.get((s.ttl, s.margin)) is s:
-                del self._sessions[(s.ttl, s.margin)]
+            key = (s.ttl, s.margin, s.lane)
+            if self._sessions.get(key) is s:
+                del self._sessions[key]
 
     # --- reads and admin calls ---
 
@@ -456,6 +501,58 @@ def _credentials(insecure: bool, ca: Optional[str], cert: Optional[str], key: Op
     return creds
 
 
+class Semaphore:
+    """A lock of n permits: up to n holders at once, each grant with its own
+    token and a slot (Lease.slot, 0…n−1, the lowest free), waiters served in
+    FIFO order. Every holder of a name must use the same n while the lock is
+    held or waited for; otherwise PermitsError (both counts). An idle lock is
+    forgotten, so n may change between uses. Callers of one Client holding
+    permits at once each use a lease of their own. A handle with no state."""
+
+    def __init__(self, client: Client, name: str, n: int) -> None:
+        self.client, self.name, self.n = client, name, n
+
+    def acquire(self, *, wait: bool = True, timeout: Optional[float] = None, ttl: Optional[float] = None,
+                safety_margin: Optional[float] = None, lock_delay: Optional[float] = None) -> Lease:
+        """Takes a permit, as Client.lock takes a lock; Lease.slot is its slot."""
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= _MAX_PERMITS:
+            raise InvalidError(f"semaphore {self.name!r}: {self.n!r} permits is outside 1…{_MAX_PERMITS}")
+        return self.client.lock(self.name, wait=wait, timeout=timeout, ttl=ttl, safety_margin=safety_margin,
+                                lock_delay=lock_delay, _permits=self.n if self.n > 1 else 0)
+
+    def try_acquire(self, **kw: Any) -> Lease:
+        """Takes a permit if one is free and nobody waits; LockedError if not."""
+        return self.acquire(wait=False, **kw)
+
+
+class RWLock:
+    """A read-write lock: readers (rlock) hold it together, a writer (lock)
+    alone, in FIFO order: a reader that comes while a writer waits queues
+    behind it, so writers are never starved. Every grant has its own token, a
+    writer's above every earlier reader's, so storage that checks
+    fence <= token refuses a reader's write after a writer's. A writer's
+    grant is Client.lock's of the name. A handle with no state."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client, self.name = client, name
+
+    def rlock(self, *, wait: bool = True, **kw: Any) -> Lease:
+        """Takes a reader's grant (Lease.shared is True)."""
+        return self.client.lock(self.name, wait=wait, _shared=True, **kw)
+
+    def try_rlock(self, **kw: Any) -> Lease:
+        """Takes a reader's grant if no writer holds or waits; LockedError if not."""
+        return self.rlock(wait=False, **kw)
+
+    def lock(self, *, wait: bool = True, **kw: Any) -> Lease:
+        """Takes the writer's grant."""
+        return self.client.lock(self.name, wait=wait, **kw)
+
+    def try_lock(self, **kw: Any) -> Lease:
+        """Takes the writer's grant if nobody holds or waits; LockedError if not."""
+        return self.lock(wait=False, **kw)
+
+
 def _lock_held(err: FenceError) -> Optional[fence_pb2.LockHeld]:
     for d in getattr(err, "details", ()):
         if isinstance(d, fence_pb2.LockHeld):
@@ -471,8 +568,10 @@ def _locked_error(name: str, err: FenceError) -> LockedError:
 
 
 def _lock_info(i: fence_pb2.LockInfo) -> LockInfo:
+    grants = tuple(GrantInfo(g.lease_number, g.owner, g.token, g.slot, g.shared, g.delayed, seconds(g.ttl_left))
+                   for g in i.grants)
     return LockInfo(i.name, i.holder_lease_number, i.holder_owner, i.token, seconds(i.ttl_left), i.waiters,
-                    i.delayed, seconds(i.lock_delay))
+                    i.delayed, seconds(i.lock_delay), max(i.permits, 1), grants)
 
 
 

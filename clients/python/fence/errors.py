@@ -106,9 +106,24 @@ class LockTimeoutError(FenceError, TimeoutError):
     """lock() gave up at its timeout (the lock stayed held by someone else)."""
 
 
+class PermitsError(FenceError):
+    """The lock has another permit count than the call asked for (a semaphore
+    of another n, a lock or reader of a semaphore, a semaphore of a lock);
+    nothing was changed. Every holder of a name must ask for the same count
+    while the lock is held or waited for."""
+
+    def __init__(self, name: str, permits: int, asked: int) -> None:
+        self.name, self.permits, self.asked = name, permits, asked
+
+        def what(n: int) -> str:
+            return "a lock of one permit (a mutex or read-write lock)" if n == 1 else f"a semaphore of {n} permits"
+        super().__init__(f"lock {name!r} is {what(permits)}, but this call asked for {what(asked)}")
+
+
 class CallError(FenceError):
     """A refusal not covered by the classes above, with its gRPC code and
-    the fence details it carried (NotLeader, LockHeld, StaleToken messages)."""
+    the fence details it carried (NotLeader, LockHeld, StaleToken, RanRecently,
+    PermitsMismatch messages)."""
 
     def __init__(self, msg: str, code: grpc.StatusCode, details: Sequence[Any] = ()) -> None:
         super().__init__(msg)

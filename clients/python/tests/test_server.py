@@ -281,3 +281,72 @@ def test_unreachable(clients: Make) -> None:
     c = clients([f"127.0.0.1:{port}"], connect_timeout=None)
     with pytest.raises(fence.UnreachableError):
         c.lock(name(), timeout=1.0)
+
+
+def test_semaphore_permits_slots_and_counts(server: Server, clients: Make) -> None:
+    """Two permits from one Client at once (a lease each), each with its own
+    token and slot; a third is refused; another count is PermitsError naming
+    both; the freed slot is reused."""
+    c, other = clients([server.grpc], owner="py-sem"), clients([server.grpc])
+    n = name()
+    sem = c.semaphore(n, 2)
+    a, b = sem.acquire(timeout=10), sem.try_acquire(timeout=10)
+    assert (a.slot, b.slot) == (0, 1) and b.token > a.token and a.lease_number != b.lease_number
+    info = other.status(n)
+    assert info.permits == 2 and [(g.token, g.slot, g.holder_owner) for g in info.grants] == [
+        (a.token, 0, "py-sem"), (b.token, 1, "py-sem")]
+    with pytest.raises(fence.LockedError):
+        other.semaphore(n, 2).try_acquire(timeout=10)
+    with pytest.raises(fence.PermitsError) as e:
+        other.semaphore(n, 3).try_acquire(timeout=10)
+    assert (e.value.permits, e.value.asked) == (2, 3) and "a semaphore of 2 permits" in str(e.value)
+    with pytest.raises(fence.PermitsError) as e2:
+        other.try_lock(n, timeout=10)
+    assert (e2.value.permits, e2.value.asked) == (2, 1)
+    with pytest.raises(fence.InvalidError):
+        other.semaphore(n, 0).try_acquire(timeout=10)
+    a.release()
+    c3 = other.semaphore(n, 2).try_acquire(timeout=10)
+    assert c3.slot == 0 and c3.token > b.token
+    b.release()
+    c3.release()
+
+
+def test_rwlock_writer_queues_beside_its_clients_reader(server: Server, clients: Make) -> None:
+    """A writer whose Client's other caller reads queues on the server at
+    once, so another Client's reader that comes after it is refused (a
+    writer that waited locally for its Client's reader let it pass)."""
+    a, b = clients([server.grpc]), clients([server.grpc])
+    n = name()
+    r1 = a.rwlock(n).rlock(timeout=10)
+    got: dict[str, Any] = {}
+
+    def write() -> None:
+        try:
+            got["lease"] = a.rwlock(n).lock(timeout=10)
+        except fence.FenceError as e:
+            got["err"] = e
+
+    t = threading.Thread(target=write)
+    t.start()
+    until("the writer in the server's queue (or its end)", lambda: b.status(n).waiters == 1 or not t.is_alive())
+    assert t.is_alive(), f"the writer never queued on the server while its Client's reader held: {got}"
+    with pytest.raises(fence.LockedError):
+        b.rwlock(n).try_rlock(timeout=10)
+    r1.release()
+    t.join()
+    got["lease"].release()
+
+
+def test_rwlock_readers_together_writer_alone(server: Server, clients: Make) -> None:
+    c, w = clients([server.grpc]), clients([server.grpc])
+    n = name()
+    r1, r2 = c.rwlock(n).rlock(timeout=10), c.rwlock(n).try_rlock(timeout=10)
+    assert r1.shared and r2.shared and r2.token > r1.token
+    with pytest.raises(fence.LockedError):
+        w.rwlock(n).try_lock(timeout=10)
+    r1.release()
+    r2.release()
+    writer = w.rwlock(n).try_lock(timeout=10)
+    assert not writer.shared and writer.token > r2.token
+    writer.release()

@@ -15,36 +15,48 @@ SUFFRAGE_UNSPECIFIED: Suffrage
 SUFFRAGE_VOTER: Suffrage
 
 class AcquireRequest(_message.Message):
-    __slots__ = ["ack", "lease_secret", "lock_delay", "name", "open", "request_id", "seq", "wait"]
+    __slots__ = ["ack", "lease_secret", "lock_delay", "name", "once_per", "open", "permits", "release_token", "request_id", "seq", "shared", "wait"]
     ACK_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    ONCE_PER_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     ack: int
     lease_secret: bytes
     lock_delay: _duration_pb2.Duration
     name: str
+    once_per: _duration_pb2.Duration
     open: _containers.RepeatedScalarFieldContainer[int]
+    permits: int
+    release_token: int
     request_id: bytes
     seq: int
+    shared: bool
     wait: bool
-    def __init__(self, request_id: _Optional[bytes] = ..., lease_secret: _Optional[bytes] = ..., name: _Optional[str] = ..., wait: bool = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., seq: _Optional[int] = ..., ack: _Optional[int] = ..., open: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[bytes] = ..., lease_secret: _Optional[bytes] = ..., name: _Optional[str] = ..., wait: bool = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., seq: _Optional[int] = ..., ack: _Optional[int] = ..., open: _Optional[_Iterable[int]] = ..., once_per: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., permits: _Optional[int] = ..., shared: bool = ..., release_token: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ["lease_number", "name", "signed_token", "token"]
+    __slots__ = ["lease_number", "name", "shared", "signed_token", "slot", "token"]
     LEASE_NUMBER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     SIGNED_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     lease_number: int
     name: str
+    shared: bool
     signed_token: str
+    slot: int
     token: int
-    def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ..., lease_number: _Optional[int] = ..., signed_token: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ..., lease_number: _Optional[int] = ..., signed_token: _Optional[str] = ..., slot: _Optional[int] = ..., shared: bool = ...) -> None: ...
 
 class AddMemberRequest(_message.Message):
     __slots__ = ["id", "raft_addr"]
@@ -149,12 +161,14 @@ class GetLockRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GetLockResponse(_message.Message):
-    __slots__ = ["index", "lock"]
+    __slots__ = ["index", "lock", "queue"]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     index: int
     lock: LockInfo
-    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ..., index: _Optional[int] = ...) -> None: ...
+    queue: _containers.RepeatedCompositeFieldContainer[Waiter]
+    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ..., index: _Optional[int] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ["key"]
@@ -169,6 +183,52 @@ class GetResponse(_message.Message):
     token: int
     value: bytes
     def __init__(self, value: _Optional[bytes] = ..., token: _Optional[int] = ...) -> None: ...
+
+class GrantEnded(_message.Message):
+    __slots__ = ["name", "token"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    token: int
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+
+class HotLock(_message.Message):
+    __slots__ = ["expirations", "grants", "name", "score", "score_error", "wait_seconds", "waiters", "waits"]
+    EXPIRATIONS_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCORE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    expirations: float
+    grants: float
+    name: str
+    score: float
+    score_error: float
+    wait_seconds: float
+    waiters: int
+    waits: float
+    def __init__(self, name: _Optional[str] = ..., score: _Optional[float] = ..., score_error: _Optional[float] = ..., grants: _Optional[float] = ..., waits: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., expirations: _Optional[float] = ..., waiters: _Optional[int] = ...) -> None: ...
+
+class HotLocksRequest(_message.Message):
+    __slots__ = ["limit", "prefix"]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    prefix: str
+    def __init__(self, limit: _Optional[int] = ..., prefix: _Optional[str] = ...) -> None: ...
+
+class HotLocksResponse(_message.Message):
+    __slots__ = ["index", "locks", "window"]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    locks: _containers.RepeatedCompositeFieldContainer[HotLock]
+    window: _duration_pb2.Duration
+    def __init__(self, locks: _Optional[_Iterable[_Union[HotLock, _Mapping]]] = ..., window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., index: _Optional[int] = ...) -> None: ...
 
 class KeepAliveRequest(_message.Message):
     __slots__ = ["lease_secret", "seq"]
@@ -211,7 +271,7 @@ class ListLocksResponse(_message.Message):
     def __init__(self, locks: _Optional[_Iterable[_Union[LockInfo, _Mapping]]] = ..., more: bool = ..., index: _Optional[int] = ...) -> None: ...
 
 class LockEvent(_message.Message):
-    __slots__ = ["cause", "lease_number", "lock_delay", "name", "owner", "token", "type"]
+    __slots__ = ["cause", "lease_number", "lock_delay", "name", "owner", "shared", "slot", "token", "type", "value"]
     class Cause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = []
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -227,6 +287,8 @@ class LockEvent(_message.Message):
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     TYPE_GRANTED: LockEvent.Type
@@ -236,14 +298,43 @@ class LockEvent(_message.Message):
     TYPE_UNSPECIFIED: LockEvent.Type
     TYPE_WAITER_JOINED: LockEvent.Type
     TYPE_WAITER_LEFT: LockEvent.Type
+    TYPE_WRITTEN: LockEvent.Type
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     cause: LockEvent.Cause
     lease_number: int
     lock_delay: _duration_pb2.Duration
     name: str
     owner: str
+    shared: bool
+    slot: int
     token: int
     type: LockEvent.Type
-    def __init__(self, type: _Optional[_Union[LockEvent.Type, str]] = ..., name: _Optional[str] = ..., lease_number: _Optional[int] = ..., owner: _Optional[str] = ..., token: _Optional[int] = ..., cause: _Optional[_Union[LockEvent.Cause, str]] = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    value: bytes
+    def __init__(self, type: _Optional[_Union[LockEvent.Type, str]] = ..., name: _Optional[str] = ..., lease_number: _Optional[int] = ..., owner: _Optional[str] = ..., token: _Optional[int] = ..., cause: _Optional[_Union[LockEvent.Cause, str]] = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., value: _Optional[bytes] = ..., slot: _Optional[int] = ..., shared: bool = ...) -> None: ...
+
+class LockGrant(_message.Message):
+    __slots__ = ["delay_left", "delayed", "held_for", "lease_number", "lock_delay", "owner", "shared", "slot", "token", "ttl_left"]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEFT_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_FIELD_NUMBER: _ClassVar[int]
+    LEASE_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_LEFT_FIELD_NUMBER: _ClassVar[int]
+    delay_left: _duration_pb2.Duration
+    delayed: bool
+    held_for: _duration_pb2.Duration
+    lease_number: int
+    lock_delay: _duration_pb2.Duration
+    owner: str
+    shared: bool
+    slot: int
+    token: int
+    ttl_left: _duration_pb2.Duration
+    def __init__(self, lease_number: _Optional[int] = ..., owner: _Optional[str] = ..., token: _Optional[int] = ..., slot: _Optional[int] = ..., shared: bool = ..., delayed: bool = ..., ttl_left: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., delay_left: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., held_for: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LockHeld(_message.Message):
     __slots__ = ["delayed", "holder_lease_number", "holder_owner", "name", "token"]
@@ -260,24 +351,34 @@ class LockHeld(_message.Message):
     def __init__(self, name: _Optional[str] = ..., holder_lease_number: _Optional[int] = ..., holder_owner: _Optional[str] = ..., token: _Optional[int] = ..., delayed: bool = ...) -> None: ...
 
 class LockInfo(_message.Message):
-    __slots__ = ["delayed", "holder_lease_number", "holder_owner", "lock_delay", "name", "token", "ttl_left", "waiters"]
+    __slots__ = ["delay_left", "delayed", "grants", "held_for", "holder_lease_number", "holder_owner", "lock_delay", "name", "permits", "shared_waiters", "token", "ttl_left", "waiters"]
     DELAYED_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEFT_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_FIELD_NUMBER: _ClassVar[int]
     HOLDER_LEASE_NUMBER_FIELD_NUMBER: _ClassVar[int]
     HOLDER_OWNER_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_WAITERS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_LEFT_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
+    delay_left: _duration_pb2.Duration
     delayed: bool
+    grants: _containers.RepeatedCompositeFieldContainer[LockGrant]
+    held_for: _duration_pb2.Duration
     holder_lease_number: int
     holder_owner: str
     lock_delay: _duration_pb2.Duration
     name: str
+    permits: int
+    shared_waiters: int
     token: int
     ttl_left: _duration_pb2.Duration
     waiters: int
-    def __init__(self, name: _Optional[str] = ..., holder_lease_number: _Optional[int] = ..., holder_owner: _Optional[str] = ..., token: _Optional[int] = ..., ttl_left: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., waiters: _Optional[int] = ..., delayed: bool = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., holder_lease_number: _Optional[int] = ..., holder_owner: _Optional[str] = ..., token: _Optional[int] = ..., ttl_left: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., waiters: _Optional[int] = ..., delayed: bool = ..., lock_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., delay_left: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., permits: _Optional[int] = ..., grants: _Optional[_Iterable[_Union[LockGrant, _Mapping]]] = ..., shared_waiters: _Optional[int] = ..., held_for: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ["active", "grpc_addr", "id", "lag", "last_contact_ms", "match_index", "raft_addr", "role", "suffrage"]
@@ -321,6 +422,16 @@ class NotLeader(_message.Message):
     leader_id: str
     def __init__(self, leader_id: _Optional[str] = ..., leader_addr: _Optional[str] = ...) -> None: ...
 
+class PermitsMismatch(_message.Message):
+    __slots__ = ["asked", "name", "permits"]
+    ASKED_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    asked: int
+    name: str
+    permits: int
+    def __init__(self, name: _Optional[str] = ..., permits: _Optional[int] = ..., asked: _Optional[int] = ...) -> None: ...
+
 class PutRequest(_message.Message):
     __slots__ = ["key", "request_id", "token", "value"]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -337,21 +448,41 @@ class PutResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class RanRecently(_message.Message):
+    __slots__ = ["ago", "finished_at", "lease_number", "name", "owner", "token", "window"]
+    AGO_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    ago: _duration_pb2.Duration
+    finished_at: _timestamp_pb2.Timestamp
+    lease_number: int
+    name: str
+    owner: str
+    token: int
+    window: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ..., lease_number: _Optional[int] = ..., owner: _Optional[str] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ago: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
 class ReleaseRequest(_message.Message):
-    __slots__ = ["ack", "lease_secret", "name", "open", "request_id", "seq"]
+    __slots__ = ["ack", "lease_secret", "name", "open", "record_run", "request_id", "seq"]
     ACK_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
+    RECORD_RUN_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ack: int
     lease_secret: bytes
     name: str
     open: _containers.RepeatedScalarFieldContainer[int]
+    record_run: bool
     request_id: bytes
     seq: int
-    def __init__(self, request_id: _Optional[bytes] = ..., lease_secret: _Optional[bytes] = ..., name: _Optional[str] = ..., seq: _Optional[int] = ..., ack: _Optional[int] = ..., open: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[bytes] = ..., lease_secret: _Optional[bytes] = ..., name: _Optional[str] = ..., seq: _Optional[int] = ..., ack: _Optional[int] = ..., open: _Optional[_Iterable[int]] = ..., record_run: bool = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = []
@@ -381,6 +512,42 @@ class RevokeResponse(_message.Message):
     released: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, released: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class SessionCancel(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class SessionRequest(_message.Message):
+    __slots__ = ["acquire", "call_id", "cancel", "keep_alive", "release", "timeout", "traceparent"]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    acquire: AcquireRequest
+    call_id: int
+    cancel: SessionCancel
+    keep_alive: KeepAliveRequest
+    release: ReleaseRequest
+    timeout: _duration_pb2.Duration
+    traceparent: str
+    def __init__(self, call_id: _Optional[int] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., traceparent: _Optional[str] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., keep_alive: _Optional[_Union[KeepAliveRequest, _Mapping]] = ..., cancel: _Optional[_Union[SessionCancel, _Mapping]] = ...) -> None: ...
+
+class SessionResponse(_message.Message):
+    __slots__ = ["acquire", "call_id", "error", "keep_alive", "release"]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    acquire: AcquireResponse
+    call_id: int
+    error: bytes
+    keep_alive: KeepAliveResponse
+    release: ReleaseResponse
+    def __init__(self, call_id: _Optional[int] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., keep_alive: _Optional[_Union[KeepAliveResponse, _Mapping]] = ..., error: _Optional[bytes] = ...) -> None: ...
+
 class StaleToken(_message.Message):
     __slots__ = ["highest", "key", "offered"]
     HIGHEST_FIELD_NUMBER: _ClassVar[int]
@@ -402,6 +569,16 @@ class TransferLeaderResponse(_message.Message):
     LEADER_FIELD_NUMBER: _ClassVar[int]
     leader: str
     def __init__(self, leader: _Optional[str] = ...) -> None: ...
+
+class Waiter(_message.Message):
+    __slots__ = ["lease_number", "owner", "shared"]
+    LEASE_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    lease_number: int
+    owner: str
+    shared: bool
+    def __init__(self, lease_number: _Optional[int] = ..., owner: _Optional[str] = ..., shared: bool = ...) -> None: ...
 
 class WatchCompacted(_message.Message):
     __slots__ = ["from_index", "oldest_index"]

@@ -53,6 +53,11 @@ class FenceServiceStub(object):
                 request_serializer=fence_dot_v1_dot_fence__pb2.ListLocksRequest.SerializeToString,
                 response_deserializer=fence_dot_v1_dot_fence__pb2.ListLocksResponse.FromString,
                 )
+        self.HotLocks = channel.unary_unary(
+                '/fence.v1.FenceService/HotLocks',
+                request_serializer=fence_dot_v1_dot_fence__pb2.HotLocksRequest.SerializeToString,
+                response_deserializer=fence_dot_v1_dot_fence__pb2.HotLocksResponse.FromString,
+                )
         self.Watch = channel.unary_stream(
                 '/fence.v1.FenceService/Watch',
                 request_serializer=fence_dot_v1_dot_fence__pb2.WatchRequest.SerializeToString,
@@ -98,6 +103,11 @@ class FenceServiceStub(object):
                 request_serializer=fence_dot_v1_dot_fence__pb2.BackupRequest.SerializeToString,
                 response_deserializer=fence_dot_v1_dot_fence__pb2.BackupResponse.FromString,
                 )
+        self.Session = channel.stream_stream(
+                '/fence.v1.FenceService/Session',
+                request_serializer=fence_dot_v1_dot_fence__pb2.SessionRequest.SerializeToString,
+                response_deserializer=fence_dot_v1_dot_fence__pb2.SessionResponse.FromString,
+                )
 
 
 class FenceServiceServicer(object):
@@ -141,14 +151,18 @@ class FenceServiceServicer(object):
         """Acquire takes a lock for a lease and returns a fresh fencing token.
         With wait=false a held lock is refused at once (ABORTED with LockHeld);
         with wait=true the caller joins the lock's FIFO queue until granted or
-        until the call's deadline.
+        until the call's deadline. With once_per, a lock whose last recorded run
+        (see ReleaseRequest.record_run) finished inside that window is refused
+        (FAILED_PRECONDITION with RanRecently), at once or, for a waiter, when
+        its turn comes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """Release gives up a lock held by the lease; the next waiter gets it at once.
+        """Release gives up a lock held by the lease; the next waiter gets it at
+        once. With record_run it first records the run the grant guarded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,10 +182,24 @@ class FenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HotLocks(self, request, context):
+        """HotLocks shows the busiest locks lately, hottest first: the names a
+        bounded sketch on the member's apply path tracks (the top few thousand,
+        whatever the number of names), with counts that decay with the log's
+        clock (an event t ago counts exp(-t/window)). "Hot" is grants plus
+        acquires that joined a queue. Every member answers from the entries it
+        has applied, since it started. Needs the read permission under a
+        policy; the answer holds only the names the caller may read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Watch streams what happens to one lock, or to every lock whose name
         starts with a prefix: grants, releases (and why), waiters joining and
-        leaving, lock-delays starting and ending. Each message carries the raft
+        leaving, lock-delays starting and ending, and writes of the fenced key
+        of the same name (Put, with the value). Each message carries the raft
         index its events were applied at; a watch resumes on any member from
         the index after the last one it saw. Every member serves it from the
         entries it has applied (a follower may lag the leader). An index this
@@ -255,6 +283,31 @@ class FenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """Session carries one client session's Acquire, Release and KeepAlive
+        calls on one long-lived stream instead of a unary call (or a stream)
+        each: every SessionRequest is one call, named by a call_id the client
+        chooses, and is answered by one SessionResponse with the same call_id,
+        in whatever order the calls finish (they run concurrently: a waiting
+        Acquire holds up nothing else). Each call runs exactly as its unary
+        counterpart, with the same checks (identity, the policy per lock name,
+        validation, the leader check), the same request ids and seq/ack/open,
+        and the same refusals, given as a google.rpc.Status; so a call retried
+        on another stream (or as a unary call) answers the first outcome.
+        Renewals behave as on KeepAlive: answered in rounds, in arrival order,
+        and the whole stream ends with UNAVAILABLE (and NotLeader) when this
+        node stops leading. A cancel message withdraws a call (a waiting
+        Acquire leaves the queue, as a cancelled unary Acquire does); the end
+        of the stream cancels every call still running. At most 1024 calls run
+        at once on a stream: one more is refused (RESOURCE_EXHAUSTED, not
+        executed). A call_id of 0, or one reused while its call runs, ends the
+        stream with INVALID_ARGUMENT. A server without it answers UNIMPLEMENTED:
+        use the unary calls. docs/protocol.md, section "The session stream".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -292,6 +345,11 @@ def add_FenceServiceServicer_to_server(servicer, server):
                     servicer.ListLocks,
                     request_deserializer=fence_dot_v1_dot_fence__pb2.ListLocksRequest.FromString,
                     response_serializer=fence_dot_v1_dot_fence__pb2.ListLocksResponse.SerializeToString,
+            ),
+            'HotLocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.HotLocks,
+                    request_deserializer=fence_dot_v1_dot_fence__pb2.HotLocksRequest.FromString,
+                    response_serializer=fence_dot_v1_dot_fence__pb2.HotLocksResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -337,6 +395,11 @@ def add_FenceServiceServicer_to_server(servicer, server):
                     servicer.Backup,
                     request_deserializer=fence_dot_v1_dot_fence__pb2.BackupRequest.FromString,
                     response_serializer=fence_dot_v1_dot_fence__pb2.BackupResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=fence_dot_v1_dot_fence__pb2.SessionRequest.FromString,
+                    response_serializer=fence_dot_v1_dot_fence__pb2.SessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -468,6 +531,23 @@ class FenceService(object):
         return grpc.experimental.unary_unary(request, target, '/fence.v1.FenceService/ListLocks',
             fence_dot_v1_dot_fence__pb2.ListLocksRequest.SerializeToString,
             fence_dot_v1_dot_fence__pb2.ListLocksResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def HotLocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fence.v1.FenceService/HotLocks',
+            fence_dot_v1_dot_fence__pb2.HotLocksRequest.SerializeToString,
+            fence_dot_v1_dot_fence__pb2.HotLocksResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -621,5 +701,22 @@ class FenceService(object):
         return grpc.experimental.unary_stream(request, target, '/fence.v1.FenceService/Backup',
             fence_dot_v1_dot_fence__pb2.BackupRequest.SerializeToString,
             fence_dot_v1_dot_fence__pb2.BackupResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/fence.v1.FenceService/Session',
+            fence_dot_v1_dot_fence__pb2.SessionRequest.SerializeToString,
+            fence_dot_v1_dot_fence__pb2.SessionResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

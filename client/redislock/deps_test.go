@@ -1,0 +1,25 @@
+package redislock_test
+
+import (
+	"testing"
+
+	"github.com/fencehq/fence/internal/deptest"
+)
+
+// TestDeps keeps redislock small: a program that only wants the Redis lock
+// gets go-redis, the standard library and two internal packages.
+func TestDeps(t *testing.T) {
+	deptest.Check(t, "github.com/fencehq/fence/client/redislock", map[string]string{
+		"google.golang.org/grpc":             "no fence server, no gRPC",
+		"google.golang.org/protobuf":         "no fence server, no protobuf",
+		"go.etcd.io/":                        "the server side",
+		"github.com/prometheus/":             "metrics are the caller's",
+		"github.com/fencehq/fence/api":       "no fence server",
+		"github.com/fencehq/fence/client":    "fence's gRPC client is not needed",
+		"github.com/fencehq/fence/internal/": "internals stay internal, but for the two allowed",
+		"testing":                            "production code never imports testing",
+	}, map[string]string{
+		"github.com/fencehq/fence/internal/clock": "CLOCK_BOOTTIME deadlines; standard library and x/sys only",
+		"github.com/fencehq/fence/internal/hold":  "the safety margin rule, the lease context, the Keeper; standard library and internal/clock only",
+	})
+}
