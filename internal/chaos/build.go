@@ -12,8 +12,10 @@ import (
 type Bug struct {
 	Tag    string
 	Faults []string
-	Locks  int      // 0: the default
-	Caught []string // the Violation.Check expected (any of them)
+	Locks  int // 0: the default
+	// Transports are the workers' transports (nil: the default, both).
+	Transports []string
+	Caught     []string // the Violation.Check expected (any of them)
 }
 
 // Bugs are the planted bugs by name.
@@ -31,8 +33,12 @@ var Bugs = map[string]Bug{
 	// believing in an ended lease (windows overlap), and the held tokens they
 	// report come from a stale state, which can leave the lock history with
 	// no legal order (seen on 1 of 3 seeds; the same seed without the bug
-	// had no violation).
-	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultIsolateLeader, FaultPauseLeader},
+	// had no violation). The workers take the unary path: its KeepAlive
+	// stream stays with the deposed node as long as that answers, while on
+	// a Session stream the renewals follow the session's next call, which
+	// the deposed node refuses, to another member; there the bug showed
+	// too rarely for three runs to be sure of catching it.
+	"deposed": {Tag: "fence_bug_deposed", Faults: []string{FaultIsolateLeader, FaultPauseLeader}, Transports: []string{TransportUnary},
 		Caught: []string{"validity windows never overlap", "lock service is linearizable"}},
 	"replay": {Tag: "fence_bug_replay", Faults: []string{FaultReplay, FaultPauseWorker},
 		Caught: []string{"a late duplicate is never acted on", "validity windows never overlap"}},

@@ -45,6 +45,9 @@ type Config struct {
 	// windows) comes from the rows, so every iteration should be one.
 	LocksOnly bool
 	Faults    []string // default AllFaults
+	// Transports are the workers' transports, worker i taking
+	// Transports[i%len] (default Transports: both).
+	Transports []string
 	// FenceBinary is the fence executable the servers run.
 	FenceBinary string
 	// WorkerCommand starts a worker: the harness adds WorkerEnv to its
@@ -83,6 +86,9 @@ func (c *Config) defaults() error {
 	if c.Faults == nil {
 		c.Faults = AllFaults
 	}
+	if c.Transports == nil {
+		c.Transports = Transports
+	}
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -102,6 +108,14 @@ func (c *Config) defaults() error {
 	for _, f := range c.Faults {
 		if !contains(AllFaults, f) {
 			return fmt.Errorf("chaos: unknown fault %q (known: %v)", f, AllFaults)
+		}
+	}
+	if len(c.Transports) == 0 {
+		return fmt.Errorf("chaos: no transport: give one or more of %v", Transports)
+	}
+	for _, t := range c.Transports {
+		if !contains(Transports, t) {
+			return fmt.Errorf("chaos: unknown transport %q (known: %v)", t, Transports)
 		}
 	}
 	return nil
@@ -140,8 +154,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	h := &harness{cfg: cfg}
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, "chaos: "+format+"\n", args...) }
-	logf("seed %d: %d servers, %d workers, %d locks, TTL %v, fencing %v, %v of faults %v",
-		cfg.Seed, cfg.Servers, cfg.Workers, cfg.Locks, cfg.TTL, cfg.Fencing, cfg.Duration, cfg.Faults)
+	logf("seed %d: %d servers, %d workers (transports %v), %d locks, TTL %v, fencing %v, %v of faults %v",
+		cfg.Seed, cfg.Servers, cfg.Workers, cfg.Transports, cfg.Locks, cfg.TTL, cfg.Fencing, cfg.Duration, cfg.Faults)
 
 	if err := h.createTable(ctx); err != nil {
 		return nil, err
@@ -194,7 +208,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range cfg.Workers {
 		w := &workerProc{cfg: WorkerConfig{ID: "w" + strconv.Itoa(i+1), Servers: h.proxy.addrs, TLS: h.certs.client, TokenPub: h.certs.tokenPub(), PostgresURL: cfg.PostgresURL,
 			MySQLURL: cfg.MySQLURL, Stores: cfg.Stores, TTLs: TTLModes[i%len(TTLModes)],
-			Table: h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing, LocksOnly: cfg.LocksOnly,
+			Transport: cfg.Transports[i%len(cfg.Transports)],
+			Table:     h.table, Locks: cfg.Locks, TTL: cfg.TTL, Fencing: cfg.Fencing, LocksOnly: cfg.LocksOnly,
 			History: filepath.Join(cfg.OutDir, fmt.Sprintf("w%d.history", i+1)), Seed: cfg.Seed*1000 + uint64(i)}}
 		if err := h.startWorker(w, 0); err != nil {
 			return nil, err

@@ -17,9 +17,11 @@ import (
 	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver (MariaDB)
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fencehq/fence/api"
 	"github.com/fencehq/fence/client"
 	"github.com/fencehq/fence/fencing"
 	"github.com/fencehq/fence/internal/pki"
@@ -46,8 +48,11 @@ type WorkerConfig struct {
 	TTL         time.Duration // the run's lease TTL
 	// TTLs is how this worker times its leases: TTLSession, TTLShortLocks
 	// or TTLLongLocks.
-	TTLs    string
-	Fencing bool // false: the control run writes the row without the token check
+	TTLs string
+	// Transport is how this worker's client talks to the servers:
+	// TransportSession or TransportUnary.
+	Transport string
+	Fencing   bool // false: the control run writes the row without the token check
 	// LocksOnly: no elections, semaphores or read-write locks (see Config).
 	LocksOnly bool
 	History   string // file to append operations to
@@ -64,6 +69,31 @@ const (
 
 // TTLModes lists them; worker i uses TTLModes[i%3].
 var TTLModes = []string{TTLSession, TTLShortLocks, TTLLongLocks}
+
+// How a worker's client talks to the servers. The two paths move a
+// session's renewals differently: on a Session stream they follow the
+// session's calls to another member; on a KeepAlive stream (the unary
+// path, taken with a server older than the Session rpc) they stay with the
+// member that answers them.
+const (
+	TransportSession = "session" // the default: calls and renewals on one Session stream
+	TransportUnary   = "unary"   // the servers refuse the Session rpc, as an older fence does
+)
+
+// Transports lists them; by default worker i uses Transports[i%2].
+var Transports = []string{TransportSession, TransportUnary}
+
+// olderServer is a dial option under which every server refuses the
+// Session rpc as a fence older than it does (UNIMPLEMENTED), so the client
+// takes its unary path: unary calls and a KeepAlive stream.
+func olderServer() grpc.DialOption {
+	return grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if method == api.FenceService_Session_FullMethodName {
+			return nil, status.Error(codes.Unimplemented, "unknown method Session (the chaos worker's unary transport)")
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	})
+}
 
 // The stores a worker writes, each holding one row per lock.
 const (
@@ -157,8 +187,16 @@ func runWorker(stop context.Context, cfg WorkerConfig) error {
 	w.newClient()
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if w.cl, err = client.Dial(dctx, cfg.Servers, client.WithTLSFiles(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key), client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client),
-		client.WithObserver(lostObserver{w})); err != nil {
+	opts := []client.Option{client.WithTLSFiles(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key), client.WithTTL(cfg.dialTTL()), client.WithOwner(w.client),
+		client.WithObserver(lostObserver{w})}
+	switch cfg.Transport {
+	case TransportSession, "":
+	case TransportUnary:
+		opts = append(opts, client.WithDialOptions(olderServer()))
+	default:
+		return fmt.Errorf("transport %q: use %s or %s", cfg.Transport, TransportSession, TransportUnary)
+	}
+	if w.cl, err = client.Dial(dctx, cfg.Servers, opts...); err != nil {
 		return err
 	}
 	defer w.cl.Close()

@@ -128,7 +128,7 @@ func TestChaosPlantedBugs(t *testing.T) {
 			b := chaos.Bugs[name]
 			var missed []string
 			for range 3 {
-				r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: true, LocksOnly: true, Faults: b.Faults, Locks: b.Locks}, b.Tag)
+				r := runChaos(t, chaos.Config{Duration: 30 * time.Second, Fencing: true, LocksOnly: true, Faults: b.Faults, Locks: b.Locks, Transports: b.Transports}, b.Tag)
 				if by := b.CaughtBy(r); by != "" {
 					t.Logf("planted bug %q caught by %q (after %d runs that missed it)", name, by, len(missed))
 					return

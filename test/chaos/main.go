@@ -52,7 +52,8 @@ func main() {
 	flag.BoolVar(&cfg.Fencing, "fencing", true, "false: the control run, rows written without the token check")
 	flag.BoolVar(&cfg.LocksOnly, "locks-only", false, "workers only lock rows: no elections, semaphores or read-write locks (the control and planted-bug runs)")
 	flag.StringVar(&faults, "faults", "", "comma-separated faults (default all): "+strings.Join(chaos.AllFaults, ","))
-	var stores string
+	var stores, transports string
+	flag.StringVar(&transports, "transports", "", "comma-separated transports, worker i taking the (i mod n)th (default all): "+strings.Join(chaos.Transports, ","))
 	flag.StringVar(&stores, "stores", "", "comma-separated stores workers write (default all): "+chaos.StorePostgres+","+chaos.StoreMySQL)
 	flag.StringVar(&bug, "bug", "", "run servers built with a planted bug: "+strings.Join(chaos.BugNames(), ", "))
 	flag.StringVar(&cfg.OutDir, "out", "", "directory for histories, logs and evidence (default: a new temp dir)")
@@ -67,6 +68,9 @@ func main() {
 	if stores != "" {
 		cfg.Stores = strings.Split(stores, ",")
 	}
+	if transports != "" {
+		cfg.Transports = strings.Split(transports, ",")
+	}
 	var tags []string
 	if bug != "" {
 		b, ok := chaos.Bugs[bug]
@@ -80,6 +84,9 @@ func main() {
 		}
 		if b.Locks != 0 {
 			cfg.Locks = b.Locks
+		}
+		if transports == "" {
+			cfg.Transports = b.Transports
 		}
 	}
 	os.Exit(run(cfg, bug, tags))
