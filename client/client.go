@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencehq/fence/api"
@@ -466,10 +467,15 @@ func (c *Client) settle(s *session, call func(context.Context) error) error {
 }
 
 // settleAcquire settles an Acquire whose outcome is unknown and gives back a
-// grant it made. The caller still holds the local claim on the name.
+// grant it made. The caller still holds the local claim on the name. Its
+// retries do not wait: the server takes a call still queued out of the
+// queue and answers how it ended (a retry that waited would keep it queued
+// while the next retry overlapped it).
 func (c *Client) settleAcquire(s *session, req *api.AcquireRequest) {
+	settling := proto.Clone(req).(*api.AcquireRequest)
+	settling.Wait = false
 	err := c.settle(s, func(ctx context.Context) error {
-		_, err := s.acquire(ctx, req)
+		_, err := s.acquire(ctx, settling)
 		return err
 	})
 	if !outcomeUnknown(err) {

@@ -349,6 +349,22 @@ func (v *service) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.Acqu
 	if res.Code == fsm.OK {
 		return v.s.granted(cmd.Name, res, res.LeaseNumber), nil
 	}
+	// Queued without wait: a retry of a waiting call whose caller gave up
+	// (a first call without wait is never queued), sent to learn how the
+	// call ended. It takes the call out of the queue and answers that: the
+	// grant if the lock came first, else ABORTED. Waiting here instead
+	// would keep the call queued for as long as the client's retries
+	// overlap (leaveWait leaves the queue to an attempt still waiting), and
+	// the client could not learn the outcome.
+	if !r.GetWait() {
+		if err := v.cancelWait(cmd); err != nil {
+			return nil, proposeErr(err)
+		}
+		if resp, done, err := v.waitOutcome(cmd); done {
+			return resp, err
+		}
+		return nil, status.Errorf(codes.Unavailable, "the wait for lock %q was cancelled but its outcome is not applied here yet; send the same request again", cmd.Name)
+	}
 	// A deposed leader applies nothing more: a call waiting here would not
 	// see its grant (made by the next leader from the replicated queue) and
 	// would wait out its deadline while its lease held the lock unused.
