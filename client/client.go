@@ -467,13 +467,17 @@ func (c *Client) settle(s *session, call func(context.Context) error) error {
 }
 
 // settleAcquire settles an Acquire whose outcome is unknown and gives back a
-// grant it made. The caller still holds the local claim on the name. Its
-// retries do not wait: the server takes a call still queued out of the
-// queue and answers how it ended (a retry that waited would keep it queued
-// while the next retry overlapped it).
+// grant it made. The caller still holds the local claim on the name. The
+// retries of a plain Acquire do not wait: the server takes a call still
+// queued out of the queue and answers how it ended (a retry that waited
+// would keep it queued while the next retry overlapped it). A relock's
+// retries still wait: the server takes release_token only with wait.
 func (c *Client) settleAcquire(s *session, req *api.AcquireRequest) {
-	settling := proto.Clone(req).(*api.AcquireRequest)
-	settling.Wait = false
+	settling := req
+	if req.GetReleaseToken() == 0 {
+		settling = proto.Clone(req).(*api.AcquireRequest)
+		settling.Wait = false
+	}
 	err := c.settle(s, func(ctx context.Context) error {
 		_, err := s.acquire(ctx, settling)
 		return err
