@@ -32,6 +32,9 @@ type group struct {
 	// holder touches c, writesOut and ended.
 	running sync.Mutex
 	ended   bool // the loop has ended: nothing runs the core any more
+	// started is set by start: until then no reader runs the core (its
+	// transport is not set yet; messages wait in the inbox for the loop).
+	started atomic.Bool
 	// queued counts the messages handed to the inbox and not yet stepped:
 	// while there are any, a message must not be stepped before them.
 	queued atomic.Int64
@@ -120,6 +123,7 @@ func (g *group) sinceHeard(id uint64) (time.Duration, bool) {
 // start runs the loop and the append worker, sending through trans.
 func (g *group) start(trans Transport) {
 	g.trans = trans
+	g.started.Store(true)
 	g.wg.Add(2)
 	go func() { defer g.wg.Done(); g.loop() }()
 	go func() { defer g.wg.Done(); g.appendWorker() }()
@@ -466,7 +470,7 @@ func (g *group) kick() {
 // same peer). It reports whether it did. A log write that fails stops the
 // node as on the loop.
 func (g *group) stepNow(m *raftpb.Message) bool {
-	if !g.running.TryLock() {
+	if !g.started.Load() || !g.running.TryLock() {
 		return false
 	}
 	defer g.running.Unlock()
